@@ -1,0 +1,289 @@
+//! A response body that reports how its stream ended, exactly once.
+//!
+//! gRPC puts its status in the trailers, so a layer can only classify such a call at the
+//! end of the stream. [`ClassifiedBody`] wraps a response body and hands an
+//! [`OnEndOfStream`] callback the stream's end: its trailers (or none), an error, or the
+//! body being dropped before the end (the caller gave up: ignored). Every fusebox layer uses
+//! it for its own bookkeeping: the breaker records the verdict, the limit releases its
+//! permit, the timeout stops its body timer.
+
+use crate::error::BoxError;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use pin_project::{pin_project, pinned_drop};
+use std::error::Error;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+/// How a response stream ended.
+#[derive(Debug)]
+pub enum StreamEnd<'a> {
+    /// The stream ended normally, with these trailers (or none).
+    Trailers(Option<&'a HeaderMap>),
+    /// The body failed mid-stream.
+    Error(&'a (dyn Error + 'static)),
+    /// The body was dropped before its end: the caller cancelled.
+    Dropped,
+}
+
+/// Told how a [`ClassifiedBody`]'s stream ended. Called at most once.
+pub trait OnEndOfStream: Send + 'static {
+    /// The stream ended as `end` says.
+    fn on_end(self, end: StreamEnd<'_>);
+}
+
+/// Two callbacks in one: `A` is told first, then `B`.
+impl<A: OnEndOfStream, B: OnEndOfStream> OnEndOfStream for (A, B) {
+    fn on_end(self, end: StreamEnd<'_>) {
+        let second = match &end {
+            StreamEnd::Trailers(t) => StreamEnd::Trailers(*t),
+            StreamEnd::Error(e) => StreamEnd::Error(*e),
+            StreamEnd::Dropped => StreamEnd::Dropped,
+        };
+        self.0.on_end(end);
+        self.1.on_end(second);
+    }
+}
+
+/// A response body that tells its callback how the stream ended.
+///
+/// Without a callback (`ClassifiedBody::passthrough`) it only forwards frames: layers use
+/// that when the verdict was already known from the response head, so that their response
+/// type stays one type. Errors are converted to [`BoxError`] (only on the error path).
+#[pin_project(PinnedDrop)]
+#[derive(Debug)]
+pub struct ClassifiedBody<B, E: OnEndOfStream> {
+    #[pin]
+    inner: B,
+    on_end: Option<E>,
+}
+
+impl<B: Body, E: OnEndOfStream> ClassifiedBody<B, E> {
+    /// Wraps `inner`; `on_end` is told how it ends. A body that is already at its end
+    /// (empty) reports at once: servers may never poll it.
+    pub fn new(inner: B, on_end: E) -> Self {
+        if inner.is_end_stream() {
+            on_end.on_end(StreamEnd::Trailers(None));
+            return ClassifiedBody {
+                inner,
+                on_end: None,
+            };
+        }
+        ClassifiedBody {
+            inner,
+            on_end: Some(on_end),
+        }
+    }
+
+    /// Wraps `inner` with no callback.
+    pub fn passthrough(inner: B) -> Self {
+        ClassifiedBody {
+            inner,
+            on_end: None,
+        }
+    }
+
+    /// The wrapped body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+}
+
+impl<B, E> Body for ClassifiedBody<B, E>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+    E: OnEndOfStream,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let mut this = self.project();
+        match ready!(this.inner.as_mut().poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if this.on_end.is_some() {
+                    if let Some(trailers) = frame.trailers_ref() {
+                        if let Some(cb) = this.on_end.take() {
+                            cb.on_end(StreamEnd::Trailers(Some(trailers)));
+                        }
+                    } else if this.inner.is_end_stream() {
+                        // The last data frame: hyper may drop the body without polling again.
+                        if let Some(cb) = this.on_end.take() {
+                            cb.on_end(StreamEnd::Trailers(None));
+                        }
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(err)) => {
+                let err: BoxError = err.into();
+                if let Some(cb) = this.on_end.take() {
+                    cb.on_end(StreamEnd::Error(&*err));
+                }
+                Poll::Ready(Some(Err(err)))
+            }
+            None => {
+                if let Some(cb) = this.on_end.take() {
+                    cb.on_end(StreamEnd::Trailers(None));
+                }
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[pinned_drop]
+impl<B, E: OnEndOfStream> PinnedDrop for ClassifiedBody<B, E> {
+    fn drop(self: Pin<&mut Self>) {
+        if let Some(cb) = self.project().on_end.take() {
+            cb.on_end(StreamEnd::Dropped);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::HeaderValue;
+    use http_body_util::{BodyExt, Empty, Full, StreamBody};
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Seen {
+        Trailers(Option<String>),
+        Error(String),
+        Dropped,
+    }
+
+    #[derive(Clone, Default)]
+    struct Record(Arc<Mutex<Vec<Seen>>>);
+
+    impl OnEndOfStream for Record {
+        fn on_end(self, end: StreamEnd<'_>) {
+            let seen = match end {
+                StreamEnd::Trailers(t) => Seen::Trailers(
+                    t.and_then(|t| t.get("grpc-status"))
+                        .map(|v| v.to_str().unwrap().to_owned()),
+                ),
+                StreamEnd::Error(e) => Seen::Error(e.to_string()),
+                StreamEnd::Dropped => Seen::Dropped,
+            };
+            self.0.lock().unwrap().push(seen);
+        }
+    }
+
+    impl Record {
+        fn seen(&self) -> Vec<Seen> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    type Frames = Vec<Result<Frame<Bytes>, std::io::Error>>;
+
+    fn stream(
+        frames: Frames,
+    ) -> StreamBody<
+        futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>,
+    > {
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn trailers_are_reported_once() {
+        let rec = Record::default();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("14"));
+        let body = ClassifiedBody::new(
+            stream(vec![
+                Ok(Frame::data(Bytes::from_static(b"x"))),
+                Ok(Frame::trailers(trailers)),
+            ]),
+            rec.clone(),
+        );
+        let collected = body.collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], "14");
+        assert_eq!(rec.seen(), vec![Seen::Trailers(Some("14".into()))]);
+    }
+
+    #[tokio::test]
+    async fn errors_are_reported_and_passed_on() {
+        let rec = Record::default();
+        let body = ClassifiedBody::new(
+            stream(vec![
+                Ok(Frame::data(Bytes::from_static(b"x"))),
+                Err(std::io::Error::other("reset mid-stream")),
+            ]),
+            rec.clone(),
+        );
+        let err = body.collect().await.unwrap_err();
+        assert_eq!(err.to_string(), "reset mid-stream");
+        assert_eq!(rec.seen(), vec![Seen::Error("reset mid-stream".into())]);
+    }
+
+    #[tokio::test]
+    async fn dropped_bodies_are_cancellations() {
+        let rec = Record::default();
+        let mut body = ClassifiedBody::new(
+            stream(vec![
+                Ok(Frame::data(Bytes::from_static(b"a"))),
+                Ok(Frame::data(Bytes::from_static(b"b"))),
+            ]),
+            rec.clone(),
+        );
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "a");
+        drop(body);
+        assert_eq!(rec.seen(), vec![Seen::Dropped]);
+    }
+
+    #[tokio::test]
+    async fn finished_bodies_report_without_being_polled_again() {
+        // An empty body is finished at once.
+        let rec = Record::default();
+        let body = ClassifiedBody::new(Empty::<Bytes>::new(), rec.clone());
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+        drop(body);
+        assert_eq!(rec.seen().len(), 1);
+
+        // A full body is finished after its one data frame.
+        let rec = Record::default();
+        let mut body = ClassifiedBody::new(Full::new(Bytes::from_static(b"hi")), rec.clone());
+        let _ = body.frame().await.unwrap().unwrap();
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+        drop(body);
+        assert_eq!(rec.seen().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn plain_end_of_stream() {
+        let rec = Record::default();
+        let body = ClassifiedBody::new(
+            stream(vec![Ok(Frame::data(Bytes::from_static(b"a")))]),
+            rec.clone(),
+        );
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(bytes, "a");
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+    }
+
+    #[test]
+    fn pairs_tell_both() {
+        let (a, b) = (Record::default(), Record::default());
+        (a.clone(), b.clone()).on_end(StreamEnd::Dropped);
+        assert_eq!(a.seen(), vec![Seen::Dropped]);
+        assert_eq!(b.seen(), vec![Seen::Dropped]);
+    }
+}

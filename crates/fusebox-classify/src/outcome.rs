@@ -1,0 +1,196 @@
+//! The verdict on one finished call.
+
+use std::time::{Duration, SystemTime};
+
+/// What a finished call says about the health of the dependency.
+///
+/// Every layer of fusebox reads the same outcome: the breaker's windows count
+/// [`Outcome::Success`] and [`Outcome::Failure`]; [`Outcome::Ignored`] calls enter no window
+/// at all (a cancelled request, a 429 on a route that does not count it, fusebox's own
+/// rejections).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The dependency answered correctly (2xx, 3xx, 4xx other than 429 by default).
+    Success,
+    /// The dependency failed (5xx 500/502/503/504, transport errors, timeouts by default).
+    Failure,
+    /// The call says nothing about the dependency's health and is not counted.
+    Ignored,
+}
+
+/// When a retry of a failed call could help.
+///
+/// A hint is about the *failure*; whether the request may be repeated at all is a property
+/// of the request ([`Call::idempotent`](crate::Call::idempotent)) which the retry layer
+/// combines with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RetryHint {
+    /// Retrying will not help (a 500, a bad answer, or the outcome was not a failure).
+    #[default]
+    Never,
+    /// A retry may help (502, 503, 504, a reset connection, a timeout).
+    Retryable,
+    /// A retry may help, but not before the server's `Retry-After` (or gRPC pushback).
+    After(RetryAfter),
+    /// The request never reached the dependency (connection refused): repeating it is safe
+    /// even when the request itself is not idempotent.
+    NotSent,
+}
+
+/// A server's request to wait before retrying, from a `Retry-After` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RetryAfter {
+    /// `Retry-After: <delay-seconds>`, or gRPC's `grpc-retry-pushback-ms`.
+    Delay(Duration),
+    /// `Retry-After: <HTTP-date>`; the retry layer resolves it against its clock.
+    At(SystemTime),
+}
+
+impl RetryAfter {
+    /// Parses a `Retry-After` header value: delay-seconds or an HTTP-date.
+    ///
+    /// Malformed values give `None` (the header is ignored, never an error).
+    pub fn parse(value: &http::HeaderValue) -> Option<Self> {
+        let text = value.to_str().ok()?.trim();
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            // Over-long digit strings saturate instead of failing: "wait very long".
+            let secs = text.parse::<u64>().unwrap_or(u64::MAX);
+            return Some(RetryAfter::Delay(Duration::from_secs(secs)));
+        }
+        httpdate::parse_http_date(text).ok().map(RetryAfter::At)
+    }
+
+    /// The delay this stands for, seen from `now` (wall-clock time). A date in the past is
+    /// a zero delay.
+    pub fn delay_from(&self, now: SystemTime) -> Duration {
+        match *self {
+            RetryAfter::Delay(d) => d,
+            RetryAfter::At(at) => at.duration_since(now).unwrap_or(Duration::ZERO),
+        }
+    }
+}
+
+/// The full verdict on one finished call: outcome, whether it was slow, and a retry hint.
+///
+/// The classifier decides outcome and retry hint; the layer that measured the call's
+/// latency sets [`slow`](Verdict::slow) against the route's slow-call threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    outcome: Outcome,
+    slow: bool,
+    retry: RetryHint,
+}
+
+impl Verdict {
+    /// A successful call.
+    pub const SUCCESS: Verdict = Verdict::new(Outcome::Success);
+    /// A failed call that retrying will not help.
+    pub const FAILURE: Verdict = Verdict::new(Outcome::Failure);
+    /// A call that is not counted.
+    pub const IGNORED: Verdict = Verdict::new(Outcome::Ignored);
+
+    /// A verdict with the given outcome, not slow, with no retry hint.
+    pub const fn new(outcome: Outcome) -> Self {
+        Verdict {
+            outcome,
+            slow: false,
+            retry: RetryHint::Never,
+        }
+    }
+
+    /// The same verdict with a retry hint.
+    pub const fn with_retry(mut self, retry: RetryHint) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The same verdict, marked slow or not.
+    pub const fn with_slow(mut self, slow: bool) -> Self {
+        self.slow = slow;
+        self
+    }
+
+    /// Success, failure or ignored.
+    pub const fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Whether the call took at least the route's slow-call threshold.
+    pub const fn is_slow(&self) -> bool {
+        self.slow
+    }
+
+    /// Whether a retry may help, and when.
+    pub const fn retry(&self) -> RetryHint {
+        self.retry
+    }
+
+    /// Shorthand for `outcome() == Outcome::Failure`.
+    pub const fn is_failure(&self) -> bool {
+        matches!(self.outcome, Outcome::Failure)
+    }
+}
+
+/// What a classifier can tell from a response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classified {
+    /// The verdict is known from the status line and headers.
+    Ready(Verdict),
+    /// The verdict depends on the trailers (gRPC): the layers wrap the body in a
+    /// [`ClassifiedBody`](crate::ClassifiedBody) and classify at end of stream.
+    AtEndOfStream,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn retry_after_seconds_and_dates() {
+        assert_eq!(
+            RetryAfter::parse(&HeaderValue::from_static("2")),
+            Some(RetryAfter::Delay(Duration::from_secs(2)))
+        );
+        assert_eq!(
+            RetryAfter::parse(&HeaderValue::from_static(" 120 ")),
+            Some(RetryAfter::Delay(Duration::from_secs(120)))
+        );
+        let date = RetryAfter::parse(&HeaderValue::from_static("Sun, 06 Nov 1994 08:49:37 GMT"))
+            .expect("an IMF-fixdate parses");
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        assert_eq!(date, RetryAfter::At(at));
+        assert_eq!(
+            date.delay_from(at - Duration::from_secs(5)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(date.delay_from(at + Duration::from_secs(5)), Duration::ZERO);
+    }
+
+    #[test]
+    fn malformed_retry_after_is_ignored() {
+        for bad in ["", "-1", "1.5", "soon", "Sun, 99 Nov 1994 08:49:37 GMT"] {
+            assert_eq!(
+                RetryAfter::parse(&HeaderValue::from_static(bad)),
+                None,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            RetryAfter::parse(&HeaderValue::from_static("99999999999999999999999")),
+            Some(RetryAfter::Delay(Duration::from_secs(u64::MAX)))
+        );
+    }
+
+    #[test]
+    fn verdict_builders() {
+        let v = Verdict::FAILURE
+            .with_retry(RetryHint::Retryable)
+            .with_slow(true);
+        assert!(v.is_failure());
+        assert!(v.is_slow());
+        assert_eq!(v.retry(), RetryHint::Retryable);
+        assert_eq!(Verdict::SUCCESS.outcome(), Outcome::Success);
+        assert!(!Verdict::IGNORED.is_slow());
+    }
+}

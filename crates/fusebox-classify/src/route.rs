@@ -1,0 +1,543 @@
+//! The per-route table: which classifier, slow-call threshold, timeout and retry settings
+//! apply to a request.
+//!
+//! Route keys are written `"METHOD /path/{param}"` or `"/path/{param}"` (any method); gRPC
+//! methods are paths too (`"/pkg.Service/Method"`, or `"/pkg.Service/{*method}"` for a
+//! whole service). A request is matched by axum's `MatchedPath` extension when present
+//! (feature `axum`), else by its method and URI path. Requests that match nothing use the
+//! default route. Matching allocates nothing; a table with only a default route does no
+//! matching at all.
+
+use crate::call::{Call, is_idempotent};
+use crate::classifier::{Classifier, StandardClassifier};
+use crate::config::{ConfigError, Validator};
+use http::{Method, Request};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Names a route of a [`RouteTable`]; cheap to copy and store in a future.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteId(u16);
+
+impl RouteId {
+    /// The default route, used by requests that match no other.
+    pub const DEFAULT: RouteId = RouteId(0);
+
+    /// The route's index in its table (0 is the default route).
+    pub fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+/// The settings of one route.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route<C = StandardClassifier> {
+    classifier: C,
+    slow_call_duration: Option<Duration>,
+    timeout: Option<Duration>,
+    retry: bool,
+    idempotent: Option<bool>,
+}
+
+impl Default for Route<StandardClassifier> {
+    fn default() -> Self {
+        Route::new(StandardClassifier::default())
+    }
+}
+
+impl<C> Route<C> {
+    /// A route classified by `classifier`, with no slow-call threshold, no timeout, and
+    /// retries allowed.
+    pub fn new(classifier: C) -> Self {
+        Route {
+            classifier,
+            slow_call_duration: None,
+            timeout: None,
+            retry: true,
+            idempotent: None,
+        }
+    }
+
+    /// Calls taking at least `threshold` are slow (feeding the breaker's slow-call rate and
+    /// the adaptive limits). Without a threshold no call is slow and the breaker need not
+    /// read the clock for it.
+    pub fn slow_call_duration(mut self, threshold: Duration) -> Self {
+        self.slow_call_duration = Some(threshold);
+        self
+    }
+
+    /// The route's timeout (read by the timeout layer).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether the retry layer may retry calls on this route (default `true`).
+    pub fn retry(mut self, retry: bool) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Overrides whether requests on this route are safe to repeat, whatever their method
+    /// and headers (a POST that is idempotent by contract, or a GET that is not).
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = Some(idempotent);
+        self
+    }
+
+    /// The classifier.
+    pub fn classifier(&self) -> &C {
+        &self.classifier
+    }
+
+    /// The slow-call threshold, if any.
+    pub fn slow_call_threshold(&self) -> Option<Duration> {
+        self.slow_call_duration
+    }
+
+    /// The timeout, if any.
+    pub fn timeout_duration(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Whether retries are allowed.
+    pub fn retry_enabled(&self) -> bool {
+        self.retry
+    }
+
+    /// The idempotency override, if any.
+    pub fn idempotent_override(&self) -> Option<bool> {
+        self.idempotent
+    }
+
+    /// Whether a call of `latency` is slow on this route.
+    #[inline]
+    pub fn is_slow(&self, latency: Duration) -> bool {
+        self.slow_call_duration.is_some_and(|t| latency >= t)
+    }
+
+    fn validate(&self, path: &str, v: &mut Validator) {
+        if let Some(d) = self.slow_call_duration {
+            v.check(!d.is_zero(), &format!("{path}.slow_call_duration"), || {
+                "must be greater than zero".into()
+            });
+        }
+        if let Some(d) = self.timeout {
+            v.check(!d.is_zero(), &format!("{path}.timeout"), || {
+                "must be greater than zero".into()
+            });
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Candidates {
+    any_method: Option<RouteId>,
+    by_method: Vec<(Method, RouteId)>,
+}
+
+#[derive(Debug)]
+struct Table<C> {
+    names: Vec<Arc<str>>,
+    routes: Vec<Route<C>>,
+    router: Option<matchit::Router<Candidates>>,
+}
+
+/// Maps requests to [`Route`]s. Cloning is cheap: clones share one table.
+#[derive(Debug)]
+pub struct RouteTable<C = StandardClassifier> {
+    table: Arc<Table<C>>,
+}
+
+impl<C> Clone for RouteTable<C> {
+    fn clone(&self) -> Self {
+        RouteTable {
+            table: Arc::clone(&self.table),
+        }
+    }
+}
+
+impl Default for RouteTable<StandardClassifier> {
+    fn default() -> Self {
+        RouteTable::single(Route::default())
+    }
+}
+
+/// The name of the default route.
+pub const DEFAULT_ROUTE: &str = "default";
+
+impl<C: Classifier> RouteTable<C> {
+    /// A table with only a default route. Zero durations in `route` are treated as absent
+    /// (use [`builder`](RouteTable::builder) to have them reported as errors).
+    pub fn single(mut route: Route<C>) -> Self {
+        route.slow_call_duration = route.slow_call_duration.filter(|d| !d.is_zero());
+        route.timeout = route.timeout.filter(|d| !d.is_zero());
+        RouteTable {
+            table: Arc::new(Table {
+                names: vec![Arc::from(DEFAULT_ROUTE)],
+                routes: vec![route],
+                router: None,
+            }),
+        }
+    }
+
+    /// A builder whose default route is `default`.
+    pub fn builder(default: Route<C>) -> RouteTableBuilder<C> {
+        RouteTableBuilder {
+            default,
+            routes: Vec::new(),
+        }
+    }
+
+    /// The route a request belongs to.
+    #[inline]
+    pub fn resolve<B>(&self, request: &Request<B>) -> RouteId {
+        let Some(router) = &self.table.router else {
+            return RouteId::DEFAULT;
+        };
+        #[cfg(feature = "axum")]
+        if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
+            return Self::lookup(router, request.method(), matched.as_str());
+        }
+        Self::lookup(router, request.method(), request.uri().path())
+    }
+
+    /// The route for a method and path.
+    pub fn resolve_path(&self, method: &Method, path: &str) -> RouteId {
+        match &self.table.router {
+            None => RouteId::DEFAULT,
+            Some(router) => Self::lookup(router, method, path),
+        }
+    }
+
+    fn lookup(router: &matchit::Router<Candidates>, method: &Method, path: &str) -> RouteId {
+        match router.at(path) {
+            Ok(found) => found
+                .value
+                .by_method
+                .iter()
+                .find(|(m, _)| m == method)
+                .map(|(_, id)| *id)
+                .or(found.value.any_method)
+                .unwrap_or(RouteId::DEFAULT),
+            Err(_) => RouteId::DEFAULT,
+        }
+    }
+
+    /// The settings of a route (the default route for an id of another table).
+    #[inline]
+    pub fn route(&self, id: RouteId) -> &Route<C> {
+        self.table
+            .routes
+            .get(id.index())
+            .unwrap_or(&self.table.routes[0])
+    }
+
+    /// The name of a route, as written in the table (`"default"` for the default route).
+    pub fn name(&self, id: RouteId) -> &str {
+        self.table
+            .names
+            .get(id.index())
+            .unwrap_or(&self.table.names[0])
+    }
+
+    /// The name of a route, shared (for errors that outlive the call).
+    pub fn shared_name(&self, id: RouteId) -> Arc<str> {
+        Arc::clone(
+            self.table
+                .names
+                .get(id.index())
+                .unwrap_or(&self.table.names[0]),
+        )
+    }
+
+    /// Every route: id, name, settings; the default first.
+    pub fn iter(&self) -> impl Iterator<Item = (RouteId, &str, &Route<C>)> {
+        self.table
+            .names
+            .iter()
+            .zip(&self.table.routes)
+            .enumerate()
+            .map(|(i, (n, r))| (RouteId(i as u16), &**n, r))
+    }
+
+    /// Reads what the layers need to know about a request, once, before it is sent.
+    #[inline]
+    pub fn meta<B>(&self, request: &Request<B>) -> CallMeta {
+        let route = self.resolve(request);
+        let idempotent = self
+            .route(route)
+            .idempotent
+            .unwrap_or_else(|| is_idempotent(request.method(), request.headers()));
+        CallMeta {
+            route,
+            method: request.method().clone(),
+            idempotent,
+        }
+    }
+}
+
+/// What the layers keep about a request while it is in flight: its route, method and
+/// whether it is safe to repeat. Cloning a standard method does not allocate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallMeta {
+    route: RouteId,
+    method: Method,
+    idempotent: bool,
+}
+
+impl CallMeta {
+    /// Facts for a call on `route` (for tests and custom layers).
+    pub fn new(route: RouteId, method: Method, idempotent: bool) -> Self {
+        CallMeta {
+            route,
+            method,
+            idempotent,
+        }
+    }
+
+    /// The route.
+    pub fn route(&self) -> RouteId {
+        self.route
+    }
+
+    /// The method.
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// Whether the request is safe to repeat.
+    pub fn idempotent(&self) -> bool {
+        self.idempotent
+    }
+
+    /// The classifier's view of this call.
+    pub fn call<'a, C: Classifier>(&'a self, table: &'a RouteTable<C>) -> Call<'a> {
+        Call::new(
+            self.route,
+            table.name(self.route),
+            &self.method,
+            self.idempotent,
+        )
+    }
+}
+
+/// Builds a [`RouteTable`], checking every route.
+#[derive(Debug)]
+pub struct RouteTableBuilder<C> {
+    default: Route<C>,
+    routes: Vec<(String, Route<C>)>,
+}
+
+impl<C: Classifier> RouteTableBuilder<C> {
+    /// Adds a route: `"GET /users/{id}"`, `"/users/{id}"` (any method), or a gRPC path
+    /// `"/pkg.Service/Method"`.
+    pub fn route(mut self, key: impl Into<String>, route: Route<C>) -> Self {
+        self.routes.push((key.into(), route));
+        self
+    }
+
+    /// Checks every route and builds the table. Problems are reported together, each under
+    /// `routes["<key>"]` (or `default_route`).
+    pub fn build(self) -> Result<RouteTable<C>, ConfigError> {
+        let mut v = Validator::new();
+        self.default.validate("default_route", &mut v);
+        if self.routes.len() >= usize::from(u16::MAX) {
+            v.fail(
+                "routes",
+                format!("at most {} routes, got {}", u16::MAX - 1, self.routes.len()),
+            );
+            return v.finish(RouteTable::single(self.default));
+        }
+
+        let mut names: Vec<Arc<str>> = vec![Arc::from(DEFAULT_ROUTE)];
+        let mut routes = vec![self.default];
+        // Paths in insertion order, with their candidates.
+        let mut paths: Vec<(String, Candidates)> = Vec::new();
+        for (key, route) in self.routes {
+            let path_name = format!("routes[{key:?}]");
+            route.validate(&path_name, &mut v);
+            let (method, path) = match parse_key(&key) {
+                Ok(parsed) => parsed,
+                Err(rule) => {
+                    v.fail(path_name, rule);
+                    continue;
+                }
+            };
+            let id = RouteId(routes.len() as u16);
+            let slot = match paths.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, c)) => c,
+                None => {
+                    paths.push((path.clone(), Candidates::default()));
+                    &mut paths.last_mut().expect("just pushed").1
+                }
+            };
+            let duplicate = match &method {
+                None => slot.any_method.replace(id).is_some(),
+                Some(m) => {
+                    let dup = slot.by_method.iter().any(|(x, _)| x == m);
+                    slot.by_method.push((m.clone(), id));
+                    dup
+                }
+            };
+            if duplicate {
+                v.fail(path_name, "route is listed twice");
+                continue;
+            }
+            names.push(Arc::from(key.as_str()));
+            routes.push(route);
+        }
+
+        let mut router = matchit::Router::new();
+        for (path, candidates) in paths {
+            if let Err(e) = router.insert(path.as_str(), candidates) {
+                v.fail(
+                    format!("routes[{path:?}]"),
+                    format!("cannot be matched: {e}"),
+                );
+            }
+        }
+        let table = Table {
+            names,
+            router: if routes.len() > 1 { Some(router) } else { None },
+            routes,
+        };
+        v.finish(RouteTable {
+            table: Arc::new(table),
+        })
+    }
+}
+
+fn parse_key(key: &str) -> Result<(Option<Method>, String), String> {
+    let key = key.trim();
+    let (method, path) = match key.split_once(char::is_whitespace) {
+        Some((m, p)) => {
+            let m = Method::from_bytes(m.as_bytes())
+                .map_err(|_| format!("`{m}` is not an HTTP method"))?;
+            (Some(m), p.trim())
+        }
+        None => (None, key),
+    };
+    if !path.starts_with('/') {
+        return Err(format!("path must start with `/`, got `{path}`"));
+    }
+    Ok((method, path.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::HttpClassifier;
+
+    fn req(method: Method, path: &str) -> Request<()> {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn matches_method_path_and_grpc() {
+        let table = RouteTable::builder(Route::default())
+            .route(
+                "GET /users/{id}",
+                Route::default().timeout(Duration::from_millis(100)),
+            )
+            .route(
+                "/users/{id}",
+                Route::default().timeout(Duration::from_millis(200)),
+            )
+            .route(
+                "/pkg.Fraud/Check",
+                Route::default().slow_call_duration(Duration::from_millis(50)),
+            )
+            .route("/pkg.Ledger/{*method}", Route::default().retry(false))
+            .build()
+            .unwrap();
+        let get = table.resolve(&req(Method::GET, "/users/42"));
+        let put = table.resolve(&req(Method::PUT, "/users/42"));
+        assert_eq!(table.name(get), "GET /users/{id}");
+        assert_eq!(table.name(put), "/users/{id}");
+        assert_eq!(
+            table.route(get).timeout_duration(),
+            Some(Duration::from_millis(100))
+        );
+        let grpc = table.resolve(&req(Method::POST, "/pkg.Fraud/Check"));
+        assert_eq!(
+            table.route(grpc).slow_call_threshold(),
+            Some(Duration::from_millis(50))
+        );
+        let ledger = table.resolve(&req(Method::POST, "/pkg.Ledger/Post"));
+        assert!(!table.route(ledger).retry_enabled());
+        assert_eq!(table.resolve(&req(Method::GET, "/nope")), RouteId::DEFAULT);
+        assert_eq!(table.name(RouteId::DEFAULT), "default");
+        // A template string (what axum's MatchedPath carries) matches its own route.
+        assert_eq!(table.resolve_path(&Method::GET, "/users/{id}"), get);
+        assert_eq!(table.iter().count(), 5);
+    }
+
+    #[test]
+    fn idempotency_override_in_meta() {
+        let table = RouteTable::builder(Route::default())
+            .route("POST /charge", Route::default().idempotent(true))
+            .route("GET /side-effect", Route::default().idempotent(false))
+            .build()
+            .unwrap();
+        assert!(table.meta(&req(Method::POST, "/charge")).idempotent());
+        assert!(!table.meta(&req(Method::GET, "/side-effect")).idempotent());
+        assert!(!table.meta(&req(Method::POST, "/other")).idempotent());
+        assert!(table.meta(&req(Method::GET, "/other")).idempotent());
+    }
+
+    #[test]
+    fn invalid_tables_report_every_problem() {
+        let err = RouteTable::builder(Route::new(HttpClassifier::new()).timeout(Duration::ZERO))
+            .route("users", Route::new(HttpClassifier::new()))
+            .route("FROB LY /x", Route::new(HttpClassifier::new()))
+            .route(
+                "GET /a",
+                Route::new(HttpClassifier::new()).slow_call_duration(Duration::ZERO),
+            )
+            .route("GET /a", Route::new(HttpClassifier::new()))
+            .build()
+            .unwrap_err();
+        let paths: Vec<_> = err.problems().iter().map(|p| p.path().to_owned()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                "default_route.timeout",
+                "routes[\"users\"]",
+                "routes[\"FROB LY /x\"]",
+                "routes[\"GET /a\"].slow_call_duration",
+                "routes[\"GET /a\"]",
+            ]
+        );
+        assert!(err.problems()[1].rule().contains("must start with `/`"));
+        assert!(err.problems()[4].rule().contains("twice"));
+    }
+
+    #[test]
+    fn conflicting_templates_are_errors() {
+        let err = RouteTable::builder(Route::default())
+            .route("/a/{x}", Route::default())
+            .route("/a/{y}", Route::default())
+            .build()
+            .unwrap_err();
+        assert!(
+            err.problems()[0].rule().starts_with("cannot be matched"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn single_tables_skip_matching() {
+        let t = RouteTable::default();
+        assert_eq!(t.resolve(&req(Method::GET, "/anything")), RouteId::DEFAULT);
+        let meta = t.meta(&req(Method::DELETE, "/x"));
+        let call = meta.call(&t);
+        assert_eq!(call.route_name(), "default");
+        assert_eq!(call.method(), Method::DELETE);
+        assert!(call.idempotent());
+    }
+}
