@@ -19,7 +19,7 @@ impl Nanos {
     pub const ZERO: Nanos = Nanos(0);
 
     /// `self + d`, saturating.
-    pub fn add(self, d: Duration) -> Nanos {
+    pub fn plus(self, d: Duration) -> Nanos {
         Nanos(self.0.saturating_add(duration_nanos(d)))
     }
 
@@ -90,7 +90,7 @@ mod tests {
             clock.instant(Nanos::ZERO) + Duration::from_millis(1500)
         );
         assert_eq!(
-            Nanos(u64::MAX - 1).add(Duration::from_secs(1)),
+            Nanos(u64::MAX - 1).plus(Duration::from_secs(1)),
             Nanos(u64::MAX)
         );
     }
