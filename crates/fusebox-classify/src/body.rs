@@ -191,13 +191,11 @@ mod tests {
         }
     }
 
-    type Frames = Vec<Result<Frame<Bytes>, std::io::Error>>;
+    type Item = Result<Frame<Bytes>, std::io::Error>;
+    type Frames = Vec<Item>;
+    type FrameStream = StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Item>>>;
 
-    fn stream(
-        frames: Frames,
-    ) -> StreamBody<
-        futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>,
-    > {
+    fn stream(frames: Frames) -> FrameStream {
         StreamBody::new(futures_util::stream::iter(frames))
     }
 
