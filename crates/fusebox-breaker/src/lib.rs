@@ -1,1 +1,95 @@
-//! placeholder
+//! fusebox's circuit breaker: stop calling a dependency that is failing or slow, probe it
+//! carefully, and resume when it has proven healthy.
+//!
+//! [`CircuitBreakerLayer`] wraps an HTTP or gRPC service (an outbound hyper client, a tonic
+//! `Channel`, a handler's dependency). Every finished call is judged by the shared
+//! Classifier of [`fusebox_classify`], per route: success, failure, slow, or ignored. The
+//! breaker keeps the verdicts in a sliding window — the last N calls, or the last T in
+//! buckets — and trips when the window holds at least `minimum_calls` and the failure rate
+//! or slow-call rate reaches its threshold (compared in integers), or after a run of
+//! consecutive failures.
+//!
+//! While OPEN it rejects every call at once with [`CircuitOpen`] (the breaker's name, its
+//! key, and when to retry); after the open wait — a base, random jitter so that a fleet
+//! does not probe in lockstep, and optional growth on repeated trips — it goes HALF_OPEN and
+//! admits exactly `permitted_probes` calls. Any failed probe re-opens it; enough successful
+//! probes close it. See [`state`] for the state machine and its operator states
+//! (forced open, disabled, metrics-only), and [`BreakerHandle`] for operators.
+//!
+//! Results are stamped with the generation they were admitted in and discarded when it has
+//! moved on, so a late success cannot close a breaker that a newer probe re-opened. A probe
+//! whose future or body is dropped, or whose outcome is ignored, gives its permit back.
+//! gRPC calls, whose status comes in the trailers, are recorded at the end of the stream.
+//!
+//! The healthy path is cheap: admission while CLOSED is one atomic load, a fast success in a
+//! full, clean count window is recorded by doing nothing (see [`store`]), and the clock is
+//! read only when a route measures slowness or the window is time-based.
+//!
+//! # Example
+//!
+//! ```
+//! use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State};
+//! use fusebox_classify::error::CircuitOpen;
+//! use http::{Request, Response, StatusCode};
+//! use std::time::Duration;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let config = CircuitBreakerConfig::builder("payments")
+//!     .count_window(10)
+//!     .minimum_calls(4)
+//!     .failure_rate_threshold(50)
+//!     .open_wait(Duration::from_secs(5))
+//!     .build()?;
+//! let layer = CircuitBreakerLayer::new(config);
+//! let handle = layer.handle();
+//!
+//! // A dependency that always answers 503.
+//! let mut svc = ServiceBuilder::new().layer(layer).service_fn(|_req: Request<String>| async {
+//!     Ok::<_, std::convert::Infallible>(
+//!         Response::builder().status(StatusCode::SERVICE_UNAVAILABLE).body(String::new()).unwrap(),
+//!     )
+//! });
+//!
+//! for _ in 0..4 {
+//!     let response = svc.ready().await?.call(Request::new(String::new())).await?;
+//!     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+//! }
+//! assert_eq!(handle.state(), State::Open);
+//!
+//! let err = svc.ready().await?.call(Request::new(String::new())).await.unwrap_err();
+//! let open = err.downcast_ref::<CircuitOpen>().expect("rejected by the breaker");
+//! assert_eq!(open.breaker(), "payments");
+//! assert!(open.retry_after() > Duration::from_secs(4));
+//! # Ok(())
+//! # }
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod breaker;
+mod config;
+pub mod events;
+mod future;
+mod keyed;
+mod layer;
+mod service;
+pub mod state;
+pub mod store;
+pub mod window;
+
+pub use crate::breaker::{BreakerHandle, EosRecorder};
+pub use crate::config::{CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, WindowConfig};
+pub use crate::events::{BreakerEvent, EventKind};
+pub use crate::future::{ResponseBody, ResponseFuture};
+pub use crate::keyed::{
+    ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
+    RequestHead,
+};
+pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
+pub use crate::service::CircuitBreaker;
+pub use crate::state::{Command, Reason, Snapshot, State, Transition};
+pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};
+pub use crate::window::WindowTotals;
+pub use fusebox_classify::error::CircuitOpen;

@@ -1,0 +1,347 @@
+//! One breaker as the service and its futures see it: the route table, the store, the
+//! clock, and the per-call bookkeeping (`Guard`) that turns a finished call into exactly one
+//! record or release.
+
+use crate::events::EventSink;
+use crate::state::{Command, Permit, Snapshot, State};
+use crate::store::Store;
+use fusebox_classify::error::{CircuitOpen, Overloaded};
+use fusebox_classify::{
+    CallMeta, Classified, Classifier, Clock, Nanos, OnEndOfStream, Outcome, RouteTable, StreamEnd,
+    Verdict,
+};
+use http::{HeaderMap, StatusCode};
+use std::error::Error;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub(crate) struct Breaker<C, St> {
+    pub(crate) table: RouteTable<C>,
+    pub(crate) store: St,
+    pub(crate) clock: Clock,
+    pub(crate) name: Arc<str>,
+    pub(crate) key: Option<Arc<str>>,
+    pub(crate) events: EventSink,
+    pub(crate) count_overloaded: bool,
+    needs_end_time: bool,
+    /// Used since the last eviction sweep (keyed breakers).
+    pub(crate) touched: AtomicBool,
+}
+
+impl<C, St: Store> fmt::Debug for Breaker<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Classifier, St: Store> Breaker<C, St> {
+    pub(crate) fn new(
+        table: RouteTable<C>,
+        store: St,
+        clock: Clock,
+        name: Arc<str>,
+        key: Option<Arc<str>>,
+        events: EventSink,
+        count_overloaded: bool,
+    ) -> Self {
+        let needs_end_time = store.needs_end_time();
+        Breaker {
+            table,
+            store,
+            clock,
+            name,
+            key,
+            events,
+            count_overloaded,
+            needs_end_time,
+            touched: AtomicBool::new(true),
+        }
+    }
+
+    /// Admits a call or says why not. Reads the clock only when the route measures slowness
+    /// (or the breaker is not closed).
+    #[inline]
+    pub(crate) fn admit(self: &Arc<Self>, meta: CallMeta) -> Result<Guard<C, St>, CircuitOpen> {
+        match self.store.acquire() {
+            Ok(permit) => {
+                let start = (self
+                    .table
+                    .route(meta.route())
+                    .slow_call_threshold()
+                    .is_some())
+                .then(|| self.clock.now());
+                Ok(Guard {
+                    breaker: Arc::clone(self),
+                    permit,
+                    meta,
+                    start,
+                    done: false,
+                })
+            }
+            Err(rejected) => Err(CircuitOpen::new(
+                Arc::clone(&self.name),
+                self.key.clone(),
+                rejected.retry_after,
+                rejected.half_open,
+            )),
+        }
+    }
+
+    pub(crate) fn touch(&self) {
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The right to report one call's result, exactly once. Dropped unreported (the caller
+/// cancelled), it gives its permit back.
+pub(crate) struct Guard<C: Classifier, St: Store> {
+    breaker: Arc<Breaker<C, St>>,
+    permit: Permit,
+    meta: CallMeta,
+    start: Option<Nanos>,
+    done: bool,
+}
+
+impl<C: Classifier, St: Store> fmt::Debug for Guard<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("breaker", &self.breaker.name)
+            .field("permit", &self.permit)
+            .field("route", &self.meta.route())
+            .finish()
+    }
+}
+
+impl<C: Classifier, St: Store> Guard<C, St> {
+    /// Classifies a response head: a verdict now, or `None` when it waits for the trailers.
+    #[inline]
+    pub(crate) fn classify_response(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<Verdict> {
+        let b = &self.breaker;
+        let call = self.meta.call(&b.table);
+        match b
+            .table
+            .route(self.meta.route())
+            .classifier()
+            .classify_response(&call, status, headers)
+        {
+            Classified::Ready(v) => Some(v),
+            Classified::AtEndOfStream => None,
+        }
+    }
+
+    pub(crate) fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
+        let b = &self.breaker;
+        let call = self.meta.call(&b.table);
+        let verdict = b
+            .table
+            .route(self.meta.route())
+            .classifier()
+            .classify_error(&call, error);
+        if b.count_overloaded && verdict.outcome() == Outcome::Ignored && is_overloaded(error) {
+            return Verdict::FAILURE.with_retry(verdict.retry());
+        }
+        verdict
+    }
+
+    fn classify_eos(&self, trailers: Option<&HeaderMap>) -> Verdict {
+        let b = &self.breaker;
+        let call = self.meta.call(&b.table);
+        b.table
+            .route(self.meta.route())
+            .classifier()
+            .classify_eos(&call, trailers)
+    }
+
+    /// Whether the call was slow, as of now; reads the clock only if needed.
+    fn measure(&self) -> (bool, Option<Nanos>) {
+        let b = &self.breaker;
+        if self.start.is_none() && !b.needs_end_time {
+            return (false, None);
+        }
+        let now = b.clock.now();
+        let slow = self
+            .start
+            .is_some_and(|start| b.table.route(self.meta.route()).is_slow(now.since(start)));
+        (slow, Some(now))
+    }
+
+    /// Records `verdict` (slowness measured now).
+    #[inline]
+    pub(crate) fn finish(mut self, verdict: Verdict) {
+        let (slow, now) = self.measure();
+        self.finish_measured(verdict.outcome(), slow, now);
+    }
+
+    fn finish_measured(&mut self, outcome: Outcome, slow: bool, now: Option<Nanos>) {
+        self.done = true;
+        let store = &self.breaker.store;
+        match outcome {
+            Outcome::Ignored => store.release(self.permit),
+            Outcome::Success => store.record(self.permit, false, slow, now),
+            Outcome::Failure => store.record(self.permit, true, slow, now),
+        }
+    }
+
+    /// Hands the guard to the response body, measuring slowness now (time to headers).
+    pub(crate) fn at_end_of_stream(self) -> EosRecorder<C, St> {
+        let (slow, _) = self.measure();
+        EosRecorder { guard: self, slow }
+    }
+}
+
+impl<C: Classifier, St: Store> Drop for Guard<C, St> {
+    fn drop(&mut self) {
+        if !self.done {
+            // Cancelled: the outcome is ignored and a probe's permit goes back.
+            self.breaker.store.release(self.permit);
+        }
+    }
+}
+
+fn is_overloaded(error: &(dyn Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<Overloaded>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Records a streamed call's verdict at the end of its body (gRPC: from the trailers).
+/// Slowness is the time to the response headers.
+pub struct EosRecorder<C: Classifier, St: Store> {
+    guard: Guard<C, St>,
+    slow: bool,
+}
+
+impl<C: Classifier, St: Store> fmt::Debug for EosRecorder<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EosRecorder")
+            .field("guard", &self.guard)
+            .field("slow", &self.slow)
+            .finish()
+    }
+}
+
+impl<C: Classifier, St: Store> OnEndOfStream for EosRecorder<C, St> {
+    fn on_end(mut self, end: StreamEnd<'_>) {
+        let verdict = match end {
+            StreamEnd::Trailers(trailers) => self.guard.classify_eos(trailers),
+            StreamEnd::Error(error) => self.guard.classify_error(error),
+            StreamEnd::Dropped => return, // the guard's drop releases the permit
+        };
+        let now = self
+            .guard
+            .breaker
+            .needs_end_time
+            .then(|| self.guard.breaker.clock.now());
+        let slow = self.slow;
+        self.guard.finish_measured(verdict.outcome(), slow, now);
+    }
+}
+
+/// What an operator's handle needs from a breaker, whatever its classifier and store.
+pub(crate) trait Control: Send + Sync + 'static {
+    fn snapshot(&self) -> Snapshot;
+    fn command(&self, command: Command);
+    fn name(&self) -> &Arc<str>;
+    fn key(&self) -> Option<&Arc<str>>;
+    fn events(&self) -> &EventSink;
+}
+
+impl<C: Classifier, St: Store> Control for Breaker<C, St> {
+    fn snapshot(&self) -> Snapshot {
+        self.store.snapshot()
+    }
+    fn command(&self, command: Command) {
+        self.store.command(command)
+    }
+    fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+    fn key(&self) -> Option<&Arc<str>> {
+        self.key.as_ref()
+    }
+    fn events(&self) -> &EventSink {
+        &self.events
+    }
+}
+
+/// An operator's handle on one breaker: read its state, force it open, disable it, put it
+/// in metrics-only mode, reset it, subscribe to its events. Cheap to clone.
+#[derive(Clone)]
+pub struct BreakerHandle {
+    control: Arc<dyn Control>,
+}
+
+impl fmt::Debug for BreakerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerHandle")
+            .field("name", self.control.name())
+            .field("key", &self.control.key())
+            .finish()
+    }
+}
+
+impl BreakerHandle {
+    pub(crate) fn new(control: Arc<dyn Control>) -> Self {
+        BreakerHandle { control }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        self.control.name()
+    }
+
+    /// The key, for one key of a keyed breaker.
+    pub fn key(&self) -> Option<&str> {
+        self.control.key().map(|k| &**k)
+    }
+
+    /// The state now.
+    pub fn state(&self) -> State {
+        self.control.snapshot().state
+    }
+
+    /// State, generation, window totals, rates, time until half-open.
+    pub fn snapshot(&self) -> Snapshot {
+        self.control.snapshot()
+    }
+
+    /// Holds the breaker open (every call rejected) until reset.
+    pub fn force_open(&self) {
+        self.control.command(Command::ForceOpen)
+    }
+
+    /// Lets every call through and records nothing, until reset.
+    pub fn disable(&self) {
+        self.control.command(Command::Disable)
+    }
+
+    /// Records and reports, never opens (shadow mode, for tuning), until reset.
+    pub fn metrics_only(&self) {
+        self.control.command(Command::MetricsOnly)
+    }
+
+    /// Back to CLOSED with an empty window.
+    pub fn reset(&self) {
+        self.control.command(Command::Reset)
+    }
+
+    /// Every event from now on (for a keyed breaker: every key's).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
+        self.control.events().subscribe()
+    }
+}

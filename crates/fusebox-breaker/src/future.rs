@@ -1,0 +1,116 @@
+//! The breaker's response future.
+
+use crate::breaker::{EosRecorder, Guard};
+use crate::store::Store;
+use fusebox_classify::error::CircuitOpen;
+use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
+use http::Response;
+use http_body::Body;
+use pin_project::pin_project;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+/// The response body of a breaker-wrapped service: the inner body, reporting the call's
+/// verdict at the end of the stream when the response head could not decide it (gRPC).
+pub type ResponseBody<B, C, St> = ClassifiedBody<B, EosRecorder<C, St>>;
+
+/// The future of [`CircuitBreaker`](crate::CircuitBreaker): the inner call, or a rejection.
+#[pin_project]
+pub struct ResponseFuture<F, C: Classifier, St: Store> {
+    #[pin]
+    kind: Kind<F, C, St>,
+}
+
+#[pin_project(project = KindProj)]
+enum Kind<F, C: Classifier, St: Store> {
+    Called {
+        #[pin]
+        future: F,
+        guard: Option<Guard<C, St>>,
+    },
+    Rejected {
+        error: CircuitOpen,
+    },
+}
+
+impl<F, C: Classifier, St: Store> fmt::Debug for ResponseFuture<F, C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Called { guard, .. } => f
+                .debug_struct("ResponseFuture::Called")
+                .field("guard", guard)
+                .finish_non_exhaustive(),
+            Kind::Rejected { error } => f
+                .debug_struct("ResponseFuture::Rejected")
+                .field("error", error)
+                .finish(),
+        }
+    }
+}
+
+impl<F, C: Classifier, St: Store> ResponseFuture<F, C, St> {
+    pub(crate) fn called(future: F, guard: Guard<C, St>) -> Self {
+        ResponseFuture {
+            kind: Kind::Called {
+                future,
+                guard: Some(guard),
+            },
+        }
+    }
+
+    pub(crate) fn rejected(error: CircuitOpen) -> Self {
+        ResponseFuture {
+            kind: Kind::Rejected { error },
+        }
+    }
+}
+
+impl<F, B, E, C, St> Future for ResponseFuture<F, C, St>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<BoxError>,
+    B: Body,
+    C: Classifier,
+    St: Store,
+{
+    type Output = Result<Response<ResponseBody<B, C, St>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Rejected { error } => Poll::Ready(Err(Box::new(error.clone()))),
+            KindProj::Called { future, guard } => {
+                let result = ready!(future.poll(cx));
+                let Some(guard) = guard.take() else {
+                    // Polled again after completion: pass the result on unrecorded.
+                    return Poll::Ready(
+                        result
+                            .map(|r| r.map(ClassifiedBody::passthrough))
+                            .map_err(Into::into),
+                    );
+                };
+                Poll::Ready(match result {
+                    Ok(response) => {
+                        match guard.classify_response(response.status(), response.headers()) {
+                            Some(verdict) => {
+                                guard.finish(verdict);
+                                Ok(response.map(ClassifiedBody::passthrough))
+                            }
+                            None => {
+                                let recorder = guard.at_end_of_stream();
+                                Ok(response.map(|body| ClassifiedBody::new(body, recorder)))
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        let error: BoxError = error.into();
+                        let verdict = guard.classify_error(&*error);
+                        guard.finish(verdict);
+                        Err(error)
+                    }
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! Keyed breakers: one breaker per host, route, shard or tenant, so that one bad key does
+//! not open the whole dependency.
+//!
+//! Keys live in a sharded map bounded by `max_keys`. Eviction is a second-chance sweep: a
+//! breaker used since the previous sweep survives it (and is marked unused), one that was
+//! not is evicted. Sweeps run when a shard is full and at most every `idle_timeout`, so a
+//! key idle for between one and two `idle_timeout`s is forgotten. When a full shard has no
+//! idle key, a closed breaker with no call in flight is evicted instead; memory stays
+//! bounded by `max_keys` plus the breakers of calls in flight.
+
+use crate::breaker::{Breaker, BreakerHandle, Control};
+use crate::config::CircuitBreakerConfig;
+use crate::events::EventSink;
+use crate::future::{ResponseBody, ResponseFuture};
+use crate::state::{Command, State};
+use crate::store::{MakeStore, Store, StoreSpec};
+use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
+use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
+use http_body::Body;
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tower_layer::Layer;
+use tower_service::Service;
+
+/// What a key function sees of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+    route: RouteId,
+    route_name: &'a str,
+}
+
+impl<'a> RequestHead<'a> {
+    /// The method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+    /// The URI.
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+    /// The headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+    /// The extensions.
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+    /// The route the request matched.
+    pub fn route(&self) -> RouteId {
+        self.route
+    }
+    /// The route's name.
+    pub fn route_name(&self) -> &'a str {
+        self.route_name
+    }
+    /// The URI's host, else the `Host` header's (without port).
+    pub fn host(&self) -> Option<&'a str> {
+        self.uri.host().or_else(|| {
+            self.headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(|h| h.rsplit_once(':').map_or(h, |(host, _)| host))
+        })
+    }
+}
+
+/// Gives each request the key of its breaker.
+///
+/// Any `Fn(&RequestHead<'_>) -> K` is a key function when `K` is hashable and displayable
+/// (its `Display` names the key in errors and events). [`ByHost`] and [`ByRoute`] are
+/// ready-made.
+pub trait KeyFn: Send + Sync + 'static {
+    /// The key.
+    type Key: Hash + Eq + Clone + Send + Sync + 'static;
+
+    /// The key of a request.
+    fn key(&self, head: &RequestHead<'_>) -> Self::Key;
+
+    /// How the key is named in errors and events; called once, when the key's breaker is
+    /// made.
+    fn describe(&self, key: &Self::Key, head: &RequestHead<'_>) -> Arc<str>;
+}
+
+impl<F, K> KeyFn for F
+where
+    F: Fn(&RequestHead<'_>) -> K + Send + Sync + 'static,
+    K: Hash + Eq + Clone + Send + Sync + fmt::Display + 'static,
+{
+    type Key = K;
+
+    fn key(&self, head: &RequestHead<'_>) -> K {
+        self(head)
+    }
+
+    fn describe(&self, key: &K, _head: &RequestHead<'_>) -> Arc<str> {
+        Arc::from(key.to_string())
+    }
+}
+
+/// One breaker per host (the URI's, else the `Host` header's). The key is a `String`:
+/// building it allocates once per call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByHost;
+
+impl KeyFn for ByHost {
+    type Key = String;
+
+    fn key(&self, head: &RequestHead<'_>) -> String {
+        head.host().unwrap_or("").to_ascii_lowercase()
+    }
+
+    fn describe(&self, key: &String, _head: &RequestHead<'_>) -> Arc<str> {
+        Arc::from(key.as_str())
+    }
+}
+
+/// One breaker per route of the route table. The key is the route's id: no allocation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ByRoute;
+
+impl KeyFn for ByRoute {
+    type Key = RouteId;
+
+    fn key(&self, head: &RequestHead<'_>) -> RouteId {
+        head.route()
+    }
+
+    fn describe(&self, _key: &RouteId, head: &RequestHead<'_>) -> Arc<str> {
+        Arc::from(head.route_name())
+    }
+}
+
+type Entry<C, St> = Arc<Breaker<C, St>>;
+type Shards<K, C, St> = Box<[Mutex<Shard<K, C, St>>]>;
+
+struct Shard<K, C, St> {
+    map: HashMap<K, Entry<C, St>>,
+    last_sweep: Nanos,
+    lookups: u32,
+}
+
+pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
+    key_fn: F,
+    table: RouteTable<C>,
+    config: Arc<CircuitBreakerConfig>,
+    clock: Clock,
+    make: M,
+    events: EventSink,
+    shards: Shards<F::Key, C, M::Store>,
+    hasher: RandomState,
+    per_shard: usize,
+    idle: Duration,
+}
+
+/// How many lookups between two checks of the sweep timer.
+const SWEEP_CHECK_EVERY: u32 = 1024;
+
+impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        key_fn: F,
+        table: RouteTable<C>,
+        config: Arc<CircuitBreakerConfig>,
+        clock: Clock,
+        make: M,
+        events: EventSink,
+        max_keys: usize,
+        idle: Duration,
+    ) -> Self {
+        let shards = (max_keys / 64).clamp(1, 16);
+        let per_shard = (max_keys / shards).max(1);
+        let now = clock.now();
+        KeyedShared {
+            key_fn,
+            table,
+            config,
+            clock,
+            make,
+            events,
+            shards: (0..shards)
+                .map(|_| {
+                    Mutex::new(Shard {
+                        map: HashMap::new(),
+                        last_sweep: now,
+                        lookups: 0,
+                    })
+                })
+                .collect(),
+            hasher: RandomState::new(),
+            per_shard,
+            idle,
+        }
+    }
+
+    fn shard(&self, key: &F::Key) -> MutexGuard<'_, Shard<F::Key, C, M::Store>> {
+        let i = (self.hasher.hash_one(key) % self.shards.len() as u64) as usize;
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn breaker_for(&self, head: &RequestHead<'_>) -> Entry<C, M::Store> {
+        let key = self.key_fn.key(head);
+        let mut shard = self.shard(&key);
+        shard.lookups = shard.lookups.wrapping_add(1);
+        if shard.lookups.is_multiple_of(SWEEP_CHECK_EVERY) {
+            self.maybe_sweep(&mut shard, false);
+        }
+        if let Some(b) = shard.map.get(&key) {
+            b.touch();
+            return Arc::clone(b);
+        }
+        let full = shard.map.len() >= self.per_shard;
+        self.maybe_sweep(&mut shard, full);
+        if shard.map.len() >= self.per_shard {
+            Self::evict_one(&mut shard);
+        }
+        let name = self.key_fn.describe(&key, head);
+        let store = self.make.make_store(StoreSpec {
+            config: Arc::clone(&self.config),
+            key: Some(Arc::clone(&name)),
+            clock: self.clock,
+            events: self.events.clone(),
+        });
+        let breaker = Arc::new(Breaker::new(
+            self.table.clone(),
+            store,
+            self.clock,
+            Arc::clone(&self.config.name),
+            Some(name),
+            self.events.clone(),
+            self.config.count_overloaded,
+        ));
+        shard.map.insert(key, Arc::clone(&breaker));
+        breaker
+    }
+
+    /// Second-chance sweep, when forced (shard full) or when `idle` has passed since the last.
+    fn maybe_sweep(&self, shard: &mut Shard<F::Key, C, M::Store>, force: bool) {
+        let now = self.clock.now();
+        if !force && now.since(shard.last_sweep) < self.idle {
+            return;
+        }
+        shard.last_sweep = now;
+        shard.map.retain(|_, b| {
+            // Keep breakers used since the last sweep, and any with a call in flight.
+            b.touched.swap(false, Ordering::Relaxed) || Arc::strong_count(b) > 1
+        });
+    }
+
+    fn evict_one(shard: &mut Shard<F::Key, C, M::Store>) {
+        let victim = shard
+            .map
+            .iter()
+            .find(|(_, b)| Arc::strong_count(b) == 1 && b.store.snapshot().state == State::Closed)
+            .or_else(|| shard.map.iter().find(|(_, b)| Arc::strong_count(b) == 1))
+            .map(|(k, _)| k.clone());
+        if let Some(k) = victim {
+            shard.map.remove(&k);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
+            .sum()
+    }
+}
+
+/// Puts one circuit breaker per key in front of a service. Built by
+/// [`CircuitBreakerLayerBuilder::build_keyed`](crate::CircuitBreakerLayerBuilder::build_keyed).
+pub struct KeyedCircuitBreakerLayer<F: KeyFn, C, M: MakeStore> {
+    shared: Arc<KeyedShared<F, C, M>>,
+}
+
+impl<F: KeyFn, C, M: MakeStore> Clone for KeyedCircuitBreakerLayer<F, C, M> {
+    fn clone(&self) -> Self {
+        KeyedCircuitBreakerLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreakerLayer<F, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedCircuitBreakerLayer")
+            .field("breaker", &self.shared.config.name)
+            .field(
+                "max_keys",
+                &(self.shared.per_shard * self.shared.shards.len()),
+            )
+            .finish()
+    }
+}
+
+impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedCircuitBreakerLayer<F, C, M> {
+    pub(crate) fn from_shared(shared: Arc<KeyedShared<F, C, M>>) -> Self {
+        KeyedCircuitBreakerLayer { shared }
+    }
+
+    /// An operator's handle on every key.
+    pub fn handle(&self) -> KeyedBreakerHandle<F::Key> {
+        KeyedBreakerHandle {
+            keys: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, F: KeyFn, C, M: MakeStore> Layer<S> for KeyedCircuitBreakerLayer<F, C, M> {
+    type Service = KeyedCircuitBreaker<S, F, C, M>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        KeyedCircuitBreaker {
+            inner,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+/// A service behind one circuit breaker per key.
+pub struct KeyedCircuitBreaker<S, F: KeyFn, C, M: MakeStore> {
+    inner: S,
+    shared: Arc<KeyedShared<F, C, M>>,
+}
+
+impl<S: Clone, F: KeyFn, C, M: MakeStore> Clone for KeyedCircuitBreaker<S, F, C, M> {
+    fn clone(&self) -> Self {
+        KeyedCircuitBreaker {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreaker<S, F, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedCircuitBreaker")
+            .field("inner", &self.inner)
+            .field("breaker", &self.shared.config.name)
+            .finish()
+    }
+}
+
+impl<S, F: KeyFn, C, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+    /// The inner service, consuming this one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, F, C, M, ReqBody, ResBody> Service<Request<ReqBody>> for KeyedCircuitBreaker<S, F, C, M>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Into<BoxError>,
+    ResBody: Body,
+    F: KeyFn,
+    C: Classifier,
+    M: MakeStore,
+{
+    type Response = Response<ResponseBody<ResBody, C, M::Store>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future, C, M::Store>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let meta = self.shared.table.meta(&request);
+        let head = RequestHead {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+            route: meta.route(),
+            route_name: self.shared.table.name(meta.route()),
+        };
+        let breaker = self.shared.breaker_for(&head);
+        match breaker.admit(meta) {
+            Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
+            Err(open) => ResponseFuture::rejected(open),
+        }
+    }
+}
+
+/// What an operator's keyed handle needs, whatever the key function, classifier and store.
+trait KeyedControl<K>: Send + Sync + 'static {
+    fn get(&self, key: &K) -> Option<BreakerHandle>;
+    fn keys(&self) -> Vec<K>;
+    fn len(&self) -> usize;
+    fn command_all(&self, command: Command);
+    fn events(&self) -> &EventSink;
+}
+
+impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared<F, C, M> {
+    fn get(&self, key: &F::Key) -> Option<BreakerHandle> {
+        let shard = self.shard(key);
+        shard
+            .map
+            .get(key)
+            .map(|b| BreakerHandle::new(Arc::clone(b) as Arc<dyn Control>))
+    }
+
+    fn keys(&self) -> Vec<F::Key> {
+        self.shards
+            .iter()
+            .flat_map(|s| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                s.map.keys().cloned().collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn len(&self) -> usize {
+        KeyedShared::len(self)
+    }
+
+    fn command_all(&self, command: Command) {
+        for shard in self.shards.iter() {
+            let breakers: Vec<_> = shard
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .map
+                .values()
+                .cloned()
+                .collect();
+            for b in breakers {
+                b.store.command(command);
+            }
+        }
+    }
+
+    fn events(&self) -> &EventSink {
+        &self.events
+    }
+}
+
+/// An operator's handle on a keyed breaker: each key's handle, the keys, and orders for all.
+pub struct KeyedBreakerHandle<K: 'static> {
+    keys: Arc<dyn KeyedControl<K>>,
+}
+
+impl<K: 'static> Clone for KeyedBreakerHandle<K> {
+    fn clone(&self) -> Self {
+        KeyedBreakerHandle {
+            keys: Arc::clone(&self.keys),
+        }
+    }
+}
+
+impl<K: 'static> fmt::Debug for KeyedBreakerHandle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedBreakerHandle")
+            .field("breaker", self.keys.events().name())
+            .field("keys", &self.keys.len())
+            .finish()
+    }
+}
+
+impl<K: 'static> KeyedBreakerHandle<K> {
+    /// The handle of one key's breaker, if the key is known.
+    pub fn get(&self, key: &K) -> Option<BreakerHandle> {
+        self.keys.get(key)
+    }
+
+    /// Every key known now.
+    pub fn keys(&self) -> Vec<K> {
+        self.keys.keys()
+    }
+
+    /// How many keys are known now.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key is known.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Resets every known key's breaker.
+    pub fn reset_all(&self) {
+        self.keys.command_all(Command::Reset)
+    }
+
+    /// Forces every known key's breaker open (keys first seen later start closed).
+    pub fn force_open_all(&self) {
+        self.keys.command_all(Command::ForceOpen)
+    }
+
+    /// Every event of every key from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
+        self.keys.events().subscribe()
+    }
+}

@@ -1,0 +1,195 @@
+//! The breaker layer and its builder.
+
+use crate::breaker::{Breaker, BreakerHandle};
+use crate::config::CircuitBreakerConfig;
+use crate::events::{BreakerEvent, EventSink, Listener};
+use crate::keyed::{KeyFn, KeyedCircuitBreakerLayer, KeyedShared};
+use crate::service::CircuitBreaker;
+use crate::store::{InMemory, MakeStore, MemoryStore, Store, StoreSpec};
+use fusebox_classify::{Classifier, Clock, ConfigError, RouteTable, StandardClassifier, Validator};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_layer::Layer;
+
+/// Puts a circuit breaker in front of a service.
+///
+/// One layer value is one breaker: every service it makes, and every clone of those, shares
+/// the same state — a framework that calls [`Layer::layer`] once per route still gets one
+/// breaker. Build one per dependency.
+pub struct CircuitBreakerLayer<C = StandardClassifier, St = MemoryStore> {
+    breaker: Arc<Breaker<C, St>>,
+}
+
+impl<C, St> Clone for CircuitBreakerLayer<C, St> {
+    fn clone(&self) -> Self {
+        CircuitBreakerLayer {
+            breaker: Arc::clone(&self.breaker),
+        }
+    }
+}
+
+impl<C, St: Store> fmt::Debug for CircuitBreakerLayer<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerLayer")
+            .field("breaker", &self.breaker.name)
+            .finish()
+    }
+}
+
+impl CircuitBreakerLayer {
+    /// A breaker with `config`, the default classifier for every route, and in-memory state.
+    pub fn new(config: CircuitBreakerConfig) -> Self {
+        Self::builder(config).build()
+    }
+
+    /// A builder, to set routes, a store, listeners, or keys.
+    pub fn builder(config: CircuitBreakerConfig) -> CircuitBreakerLayerBuilder {
+        CircuitBreakerLayerBuilder {
+            config,
+            table: RouteTable::default(),
+            make: InMemory,
+            listeners: Vec::new(),
+            max_keys: 10_000,
+            idle_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+impl<C: Classifier, St: Store> CircuitBreakerLayer<C, St> {
+    /// An operator's handle on the breaker.
+    pub fn handle(&self) -> BreakerHandle {
+        BreakerHandle::new(self.breaker.clone())
+    }
+}
+
+impl<S, C, St> Layer<S> for CircuitBreakerLayer<C, St> {
+    type Service = CircuitBreaker<S, C, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CircuitBreaker::new(inner, Arc::clone(&self.breaker))
+    }
+}
+
+/// Builds a [`CircuitBreakerLayer`] or a [`KeyedCircuitBreakerLayer`].
+pub struct CircuitBreakerLayerBuilder<C = StandardClassifier, M = InMemory> {
+    config: CircuitBreakerConfig,
+    table: RouteTable<C>,
+    make: M,
+    listeners: Vec<Listener>,
+    max_keys: usize,
+    idle_timeout: Duration,
+}
+
+impl<C, M: fmt::Debug> fmt::Debug for CircuitBreakerLayerBuilder<C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CircuitBreakerLayerBuilder")
+            .field("config", &self.config)
+            .field("store", &self.make)
+            .field("max_keys", &self.max_keys)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
+    /// Classifies calls per route with `table` (default: one route, the
+    /// [`StandardClassifier`]).
+    pub fn routes<C2: Classifier>(
+        self,
+        table: RouteTable<C2>,
+    ) -> CircuitBreakerLayerBuilder<C2, M> {
+        CircuitBreakerLayerBuilder {
+            config: self.config,
+            table,
+            make: self.make,
+            listeners: self.listeners,
+            max_keys: self.max_keys,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+
+    /// Keeps the state in stores made by `make` (default: [`InMemory`]).
+    pub fn store<M2: MakeStore>(self, make: M2) -> CircuitBreakerLayerBuilder<C, M2> {
+        CircuitBreakerLayerBuilder {
+            config: self.config,
+            table: self.table,
+            make,
+            listeners: self.listeners,
+            max_keys: self.max_keys,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+
+    /// Calls `listener` with every event, synchronously, where it happens.
+    pub fn on_event(mut self, listener: impl Fn(&BreakerEvent) + Send + Sync + 'static) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// For keyed breakers: the most keys kept at once (default 10,000). Past it, idle keys
+    /// are evicted first, then closed ones not in use.
+    pub fn max_keys(mut self, max: usize) -> Self {
+        self.max_keys = max;
+        self
+    }
+
+    /// For keyed breakers: a key unused for about this long is evicted (default 10 min).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    /// The layer: one breaker.
+    pub fn build(self) -> CircuitBreakerLayer<C, M::Store> {
+        let clock = Clock::new();
+        let config = Arc::new(self.config);
+        let events = EventSink::new(Arc::clone(&config.name), self.listeners);
+        let store = self.make.make_store(StoreSpec {
+            config: Arc::clone(&config),
+            key: None,
+            clock,
+            events: events.clone(),
+        });
+        CircuitBreakerLayer {
+            breaker: Arc::new(Breaker::new(
+                self.table,
+                store,
+                clock,
+                Arc::clone(&config.name),
+                None,
+                events,
+                config.count_overloaded,
+            )),
+        }
+    }
+
+    /// The layer: one breaker per key that `key_fn` gives.
+    pub fn build_keyed<F: KeyFn>(
+        self,
+        key_fn: F,
+    ) -> Result<KeyedCircuitBreakerLayer<F, C, M>, ConfigError> {
+        let mut v = Validator::new();
+        v.check(self.max_keys >= 1, "max_keys", || {
+            "must be at least 1, got 0".into()
+        });
+        v.check(!self.idle_timeout.is_zero(), "idle_timeout", || {
+            "must be greater than zero".into()
+        });
+        v.finish(())?;
+        let config = Arc::new(self.config);
+        let events = EventSink::new(Arc::clone(&config.name), self.listeners);
+        Ok(KeyedCircuitBreakerLayer::from_shared(Arc::new(
+            KeyedShared::new(
+                key_fn,
+                self.table,
+                config,
+                Clock::new(),
+                self.make,
+                events,
+                self.max_keys,
+                self.idle_timeout,
+            ),
+        )))
+    }
+}

@@ -1,0 +1,246 @@
+//! The store boundary: where a breaker's state lives.
+//!
+//! The layer and its futures talk to a [`Store`]: admit a call, record its result, give
+//! back an unused permit, read a snapshot, obey an operator. [`MemoryStore`], the default,
+//! keeps the state in this process; a store for a fleet (Redis, in `fusebox-redis`)
+//! implements the same trait, so the layer does not change.
+//!
+//! # How the memory store stays cheap
+//!
+//! The state machine sits behind a short `Mutex` (never held across an `.await`), but the
+//! common calls do not take it. A word holding the state and generation is read with one
+//! atomic load to admit calls while CLOSED, DISABLED or METRICS_ONLY; and a *clean* flag —
+//! the count window is full of fast successes — lets a fast success be recorded by doing
+//! nothing at all: replacing the oldest of N identical entries with another identical entry
+//! changes nothing, whichever entry it is. A healthy breaker thus makes no shared writes
+//! per call; failures, slow calls, a filling window, time windows and every non-closed
+//! state take the lock.
+
+use crate::config::CircuitBreakerConfig;
+use crate::events::EventSink;
+use crate::state::{Command, Effect, Machine, Permit, PermitKind, Rejected, Snapshot, State};
+use fusebox_classify::{Clock, Nanos};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Where one breaker's state lives.
+pub trait Store: Send + Sync + 'static {
+    /// Asks to make a call now.
+    fn acquire(&self) -> Result<Permit, Rejected>;
+
+    /// Records the result of a permitted call: whether it failed and whether it was slow.
+    /// `now` is the clock reading the caller already made at the end of the call, if any.
+    fn record(&self, permit: Permit, failure: bool, slow: bool, now: Option<Nanos>);
+
+    /// Gives back a permit whose call was dropped or whose outcome was ignored.
+    fn release(&self, permit: Permit);
+
+    /// The state and window now.
+    fn snapshot(&self) -> Snapshot;
+
+    /// Carries out an operator's order.
+    fn command(&self, command: Command);
+
+    /// Whether recording needs the time the call took even when no route has a slow-call
+    /// threshold (a time window does).
+    fn needs_end_time(&self) -> bool;
+}
+
+/// What a store is made for: one breaker (or one key of a keyed breaker).
+#[derive(Debug, Clone)]
+pub struct StoreSpec {
+    /// The configuration.
+    pub config: Arc<CircuitBreakerConfig>,
+    /// The key, for keyed breakers.
+    pub key: Option<Arc<str>>,
+    /// The clock.
+    pub clock: Clock,
+    /// Where events go.
+    pub events: EventSink,
+}
+
+/// Makes stores: one per breaker, one per key of a keyed breaker.
+pub trait MakeStore: Send + Sync + 'static {
+    /// The store made.
+    type Store: Store;
+
+    /// Makes the store for `spec`.
+    fn make_store(&self, spec: StoreSpec) -> Self::Store;
+}
+
+/// Makes [`MemoryStore`]s: state in this process (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InMemory;
+
+impl MakeStore for InMemory {
+    type Store = MemoryStore;
+
+    fn make_store(&self, spec: StoreSpec) -> MemoryStore {
+        MemoryStore::new(spec)
+    }
+}
+
+const STATE_BITS: u32 = 8;
+
+fn pack(state: State, generation: u64) -> u64 {
+    (generation << STATE_BITS) | u64::from(state.code())
+}
+
+/// A breaker's state in this process.
+pub struct MemoryStore {
+    word: AtomicU64,
+    clean: AtomicBool,
+    machine: Mutex<Machine>,
+    timed: bool,
+    clock: Clock,
+    key: Option<Arc<str>>,
+    events: EventSink,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let word = self.word.load(Ordering::Acquire);
+        f.debug_struct("MemoryStore")
+            .field("state", &State::from_code((word & 0xff) as u8))
+            .field("generation", &(word >> STATE_BITS))
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl MemoryStore {
+    /// A store in CLOSED with an empty window.
+    pub fn new(spec: StoreSpec) -> Self {
+        let timed = matches!(spec.config.window, crate::config::WindowConfig::Time { .. });
+        let machine = Machine::new(spec.config, spec.clock.now());
+        MemoryStore {
+            word: AtomicU64::new(pack(State::Closed, 0)),
+            clean: AtomicBool::new(false),
+            machine: Mutex::new(machine),
+            timed,
+            clock: spec.clock,
+            key: spec.key,
+            events: spec.events,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Machine> {
+        // A panic elsewhere while holding the lock leaves a consistent machine (every
+        // method finishes its updates before returning); keep serving.
+        self.machine.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes the machine's state to the lock-free fields. Called with the lock held.
+    fn publish(&self, m: &Machine) {
+        self.word
+            .store(pack(m.state(), m.generation()), Ordering::Release);
+        self.clean.store(m.is_clean(), Ordering::Release);
+    }
+
+    #[cold]
+    fn acquire_slow(&self) -> Result<Permit, Rejected> {
+        let now = self.clock.now();
+        let mut m = self.lock();
+        let (result, moved) = m.acquire(now);
+        if let Some(t) = moved {
+            self.publish(&m);
+            drop(m);
+            self.events.transition(self.key.as_ref(), t);
+        }
+        if result.is_err() {
+            self.events.rejected();
+        }
+        result
+    }
+
+    #[cold]
+    fn record_slow(&self, permit: Permit, failure: bool, slow: bool, now: Option<Nanos>) {
+        let now = now.unwrap_or_else(|| self.clock.now());
+        let mut m = self.lock();
+        let before = m.generation();
+        let effect = m.record(permit, failure, slow, now);
+        let counted = permit.generation == before;
+        self.publish(&m);
+        let totals = (failure || slow).then(|| m.window_totals(now));
+        drop(m);
+        if counted && permit.kind == PermitKind::Probe {
+            self.events.probe(Some(!(failure || slow)));
+        }
+        if let Some(totals) = totals {
+            self.events.rates(totals);
+        }
+        match effect {
+            Effect::None => {}
+            Effect::Moved(t) => self.events.transition(self.key.as_ref(), t),
+            Effect::WouldOpen(would, reason, window) => {
+                self.events
+                    .shadow_trip(self.key.as_ref(), would, reason, window)
+            }
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    #[inline]
+    fn acquire(&self) -> Result<Permit, Rejected> {
+        let word = self.word.load(Ordering::Acquire);
+        let state = State::from_code((word & 0xff) as u8);
+        if state.admits_freely() {
+            let kind = if state == State::Disabled {
+                PermitKind::Untracked
+            } else {
+                PermitKind::Counted
+            };
+            return Ok(Permit::new(word >> STATE_BITS, kind));
+        }
+        self.acquire_slow()
+    }
+
+    #[inline]
+    fn record(&self, permit: Permit, failure: bool, slow: bool, now: Option<Nanos>) {
+        match permit.kind {
+            PermitKind::Untracked => return,
+            PermitKind::Counted if !failure && !slow => {
+                if self.word.load(Ordering::Acquire) >> STATE_BITS != permit.generation {
+                    return; // stale
+                }
+                if self.clean.load(Ordering::Acquire) {
+                    return; // a fast success in a clean window changes nothing
+                }
+            }
+            _ => {}
+        }
+        self.record_slow(permit, failure, slow, now);
+    }
+
+    fn release(&self, permit: Permit) {
+        if permit.kind != PermitKind::Probe {
+            return;
+        }
+        let released = self.lock().release(permit);
+        if released {
+            self.events.probe(None);
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let now = self.clock.now();
+        self.lock().snapshot(now)
+    }
+
+    fn command(&self, command: Command) {
+        let now = self.clock.now();
+        let mut m = self.lock();
+        let moved = m.command(command, now);
+        self.publish(&m);
+        drop(m);
+        if let Some(t) = moved {
+            self.events.transition(self.key.as_ref(), t);
+        }
+    }
+
+    fn needs_end_time(&self) -> bool {
+        self.timed
+    }
+}
