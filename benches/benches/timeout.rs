@@ -1,0 +1,106 @@
+//! Healthy-path overhead of fusebox's `Timeout` against tower's own `Timeout` and a bare
+//! service, in the same run.
+//!
+//! Run with: `cargo bench -p fusebox-benches --bench timeout`
+//!
+//! Every variant builds its request, checks readiness, calls, and awaits a response that is
+//! ready at once, on one current-thread runtime built once (`iter_custom`). What differs is
+//! only the middleware: none, tower's `Timeout` (one clock read and a `Sleep` per call),
+//! fusebox's `Timeout` with a single-route table (the same, plus route lookup, a look into
+//! the request's extensions and the response-body wrapper), and fusebox's `Timeout` with a
+//! three-route table (adds path matching). No deadline: the healthy path.
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use fusebox_classify::{Route, RouteTable};
+use fusebox_timeout::{TimeoutConfig, TimeoutLayer};
+use http::{Request, Response};
+use http_body_util::Empty;
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::time::Duration;
+use tokio::runtime::Runtime;
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt};
+
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+type Reply = Result<Response<Empty<Bytes>>, Infallible>;
+
+/// The bare service: answers at once, allocates nothing.
+fn bare() -> impl Service<
+    Request<()>,
+    Response = Response<Empty<Bytes>>,
+    Error = Infallible,
+    Future = std::future::Ready<Reply>,
+> + Clone {
+    tower::service_fn(|_: Request<()>| std::future::ready(Ok(Response::new(Empty::new()))))
+}
+
+/// Times `iters` calls of `service`, each with a fresh request for `path`.
+fn run<S>(rt: &Runtime, service: &S, path: &'static str, iters: u64) -> Duration
+where
+    S: Service<Request<()>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let mut service = service.clone();
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            let mut request = Request::new(());
+            *request.uri_mut() = http::Uri::from_static(path);
+            let ready = service.ready().await.expect("ready");
+            let response = ready
+                .call(black_box(request))
+                .await
+                .expect("a healthy call");
+            black_box(response);
+        }
+        start.elapsed()
+    })
+}
+
+fn timeout(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    // Layers are applied inside the runtime: tower's and fusebox's timers need its clock.
+    let _guard = rt.enter();
+
+    let config = TimeoutConfig::builder()
+        .default_timeout(TIMEOUT)
+        .build()
+        .expect("a valid config");
+    let single = TimeoutLayer::new(RouteTable::default(), config.clone()).layer(bare());
+    let routed = TimeoutLayer::new(
+        RouteTable::builder(Route::default())
+            .route("GET /users/{id}", Route::default().timeout(TIMEOUT))
+            .route("POST /charge", Route::default().timeout(TIMEOUT))
+            .route("/pkg.Ledger/{*method}", Route::default().timeout(TIMEOUT))
+            .build()
+            .expect("a valid table"),
+        config,
+    )
+    .layer(bare());
+    let tower_timeout = tower::timeout::TimeoutLayer::new(TIMEOUT).layer(bare());
+
+    let mut group = c.benchmark_group("timeout");
+    let base = bare();
+    group.bench_function("bare", |b| {
+        b.iter_custom(|iters| run(&rt, &base, "/users/42", iters))
+    });
+    group.bench_function("tower", |b| {
+        b.iter_custom(|iters| run(&rt, &tower_timeout, "/users/42", iters))
+    });
+    group.bench_function("fusebox", |b| {
+        b.iter_custom(|iters| run(&rt, &single, "/users/42", iters))
+    });
+    group.bench_function("fusebox_3_routes", |b| {
+        b.iter_custom(|iters| run(&rt, &routed, "/users/42", iters))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, timeout);
+criterion_main!(benches);

@@ -1,0 +1,202 @@
+//! The services: [`Timeout`] and [`IncomingDeadline`].
+
+use crate::body::TimeoutBody;
+use crate::budget::{self, Budget};
+use crate::config::{DeadlineConfig, TimeoutConfig};
+use crate::future::{BodyPlan, ResponseFuture};
+use crate::telemetry;
+use fusebox_classify::deadline::GRPC_TIMEOUT;
+use fusebox_classify::{BoxError, Classifier, Deadline, RouteTable};
+use http::{HeaderMap, Request, Response};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::time::Instant;
+use tower_service::Service;
+
+/// Bounds every call by its route's timeout and by the caller's deadline, if any.
+///
+/// Built by [`TimeoutLayer`](crate::TimeoutLayer); see the [crate docs](crate) for the
+/// behaviour. Fails with [`Elapsed`](crate::error::Elapsed) when a call (or its response
+/// body) runs out of time, and with [`DeadlineExceeded`](crate::error::DeadlineExceeded),
+/// without calling the inner service, when the deadline had already passed.
+#[derive(Debug, Clone)]
+pub struct Timeout<S, C> {
+    inner: S,
+    routes: RouteTable<C>,
+    config: TimeoutConfig,
+}
+
+impl<S, C> Timeout<S, C> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
+        Timeout {
+            inner,
+            routes,
+            config,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// Writes the budget of a call with a deadline into the request's headers (never
+    /// loosening a stricter value the request already carries). Allocates: only called
+    /// for requests that carry a deadline.
+    fn propagate(&self, headers: &mut HeaderMap, limit: Duration) {
+        if self.config.propagate_grpc_timeout()
+            && let Some(value) = budget::outbound_grpc_timeout(headers.get(GRPC_TIMEOUT), limit)
+        {
+            headers.insert(GRPC_TIMEOUT, value);
+        }
+        if let Some(name) = self.config.deadline_header() {
+            let stricter = headers
+                .get(name)
+                .and_then(budget::parse_millis)
+                .is_some_and(|theirs| theirs <= limit);
+            if !stricter {
+                headers.insert(name.clone(), budget::millis_value(limit));
+            }
+        }
+    }
+}
+
+impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for Timeout<S, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Into<BoxError>,
+    C: Classifier,
+{
+    type Response = Response<TimeoutBody<ResBody>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let id = self.routes.resolve(&request);
+        let route_timeout = self
+            .routes
+            .route(id)
+            .timeout_duration()
+            .unwrap_or(self.config.default_timeout());
+        let route = self.routes.shared_name(id);
+        let body_timeout = self.config.body_timeout();
+
+        // An empty `Extensions` answers without hashing: no deadline costs one branch.
+        let Some(deadline) = request.extensions().get::<Deadline>().copied() else {
+            // The healthy path: one clock read (inside `sleep`), as tower's Timeout.
+            let sleep = tokio::time::sleep(route_timeout);
+            let body = BodyPlan {
+                timeout: body_timeout,
+                deadline: None,
+            };
+            return ResponseFuture::running(
+                self.inner.call(request),
+                sleep,
+                route,
+                route_timeout,
+                body,
+            );
+        };
+
+        let now = Instant::now();
+        match budget::budget(now, deadline.instant(), route_timeout) {
+            Budget::Expired => {
+                telemetry::deadline_exceeded(route);
+                ResponseFuture::expired()
+            }
+            Budget::Run { limit } => {
+                if self.config.propagates() {
+                    self.propagate(request.headers_mut(), limit);
+                }
+                // `limit` is at most the time left, so `now + limit` cannot overflow.
+                let sleep = tokio::time::sleep_until(now + limit);
+                let body = BodyPlan {
+                    timeout: body_timeout,
+                    deadline: Some(deadline.instant()),
+                };
+                ResponseFuture::running(self.inner.call(request), sleep, route, limit, body)
+            }
+        }
+    }
+}
+
+/// Puts the caller's deadline, read from the request's headers, into its extensions.
+///
+/// Built by [`IncomingDeadlineLayer`](crate::IncomingDeadlineLayer). A request that already
+/// carries a [`Deadline`] keeps the earlier of the two. Malformed header values are ignored
+/// and counted ([`MALFORMED_DEADLINE_TOTAL`](crate::telemetry::MALFORMED_DEADLINE_TOTAL));
+/// requests without the headers pass through untouched. Adds no error and no future.
+#[derive(Debug, Clone)]
+pub struct IncomingDeadline<S> {
+    inner: S,
+    config: DeadlineConfig,
+}
+
+impl<S> IncomingDeadline<S> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, config: DeadlineConfig) -> Self {
+        IncomingDeadline { inner, config }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody> Service<Request<ReqBody>> for IncomingDeadline<S>
+where
+    S: Service<Request<ReqBody>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let found = budget::incoming(
+            request.headers(),
+            self.config.grpc_timeout(),
+            self.config.header(),
+        );
+        if let Some(source) = found.malformed {
+            telemetry::malformed(source);
+        }
+        if let Some(timeout) = found.timeout {
+            let mut deadline = Deadline::after(timeout);
+            if let Some(earlier) = request.extensions().get::<Deadline>() {
+                deadline = deadline.min(*earlier);
+            }
+            request.extensions_mut().insert(deadline);
+        }
+        self.inner.call(request)
+    }
+}

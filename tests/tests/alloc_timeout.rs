@@ -1,0 +1,141 @@
+//! A healthy call through fusebox's Timeout allocates nothing.
+//!
+//! Its own test binary, because it installs a counting global allocator (stats_alloc's:
+//! the workspace forbids `unsafe`, which a hand-written `GlobalAlloc` needs). The calls run
+//! on a current-thread runtime on this thread; after a warm-up (which fills lazily grown
+//! buffers such as the runtime's), every allocation made during the measured calls is a
+//! failure.
+
+use bytes::Bytes;
+use fusebox_classify::{Route, RouteTable};
+use fusebox_timeout::{TimeoutConfig, TimeoutLayer};
+use http::{Request, Response};
+use http_body_util::Empty;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use std::alloc::System;
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::time::Duration;
+use tower::{Layer, Service, ServiceExt};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const CALLS: usize = 10_000;
+const WARM_UP: usize = 1_000;
+
+fn layer() -> TimeoutLayer {
+    let routes = RouteTable::builder(Route::default())
+        .route(
+            "GET /users/{id}",
+            Route::default().timeout(Duration::from_millis(100)),
+        )
+        .route(
+            "/pkg.Ledger/{*method}",
+            Route::default().timeout(Duration::from_secs(1)),
+        )
+        .build()
+        .expect("a valid table");
+    let config = TimeoutConfig::builder()
+        .default_timeout(Duration::from_millis(250))
+        // Configured, but only written for calls that carry a deadline: none here.
+        .deadline_header("x-request-timeout-ms")
+        .build()
+        .expect("a valid config");
+    TimeoutLayer::new(routes, config)
+}
+
+/// Requests for every kind of route (matched with a parameter, matched by prefix, and
+/// unmatched), built before counting: building a request with a URI allocates.
+fn requests(n: usize) -> Vec<Request<()>> {
+    let paths = ["/users/42", "/pkg.Ledger/Post", "/health"];
+    (0..n)
+        .map(|i| {
+            Request::get(paths[i % paths.len()])
+                .body(())
+                .expect("a valid request")
+        })
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
+async fn drive<S>(service: &mut S, requests: Vec<Request<()>>)
+where
+    S: Service<Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    for request in requests {
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(request)
+            .await
+            .expect("a healthy call");
+        black_box(response);
+    }
+}
+
+fn assert_no_allocations<S>(mut service: S, what: &str)
+where
+    S: Service<Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let rt = runtime();
+    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
+    rt.block_on(async {
+        drive(&mut service, warm_up).await;
+        let region = Region::new(GLOBAL);
+        drive(&mut service, measured).await;
+        let change = region.change();
+        assert_eq!(
+            (change.allocations, change.reallocations),
+            (0, 0),
+            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
+            change.allocations,
+            change.reallocations,
+            change.bytes_allocated,
+        );
+    });
+}
+
+#[test]
+fn healthy_calls_without_a_deadline_allocate_nothing() {
+    // The inner call is ready at once: the timer is created and dropped, never registered.
+    let ready = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    assert_no_allocations(layer().layer(ready), "ready inner service");
+
+    // The inner call yields once: the timer is registered with the timer wheel, then
+    // cancelled when the call completes.
+    let pending_once = tower::service_fn(|_: Request<()>| async {
+        tokio::task::yield_now().await;
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    assert_no_allocations(layer().layer(pending_once), "inner service pending once");
+
+    // The counter really counts: a call that carries a deadline formats headers.
+    // (One test function: the counter is global, and tests in one binary run in parallel.)
+    let rt = runtime();
+    rt.block_on(async {
+        let inner = tower::service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        let mut service = layer().layer(inner);
+        let mut request = Request::get("/users/42").body(()).expect("a request");
+        request
+            .extensions_mut()
+            .insert(fusebox_classify::Deadline::after(Duration::from_secs(1)));
+        let region = Region::new(GLOBAL);
+        let response = service.ready().await.expect("ready").call(request).await;
+        black_box(response.expect("a call"));
+        assert!(region.change().allocations > 0);
+    });
+}
