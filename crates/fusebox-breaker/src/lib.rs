@@ -93,3 +93,6 @@ pub use crate::state::{Command, Reason, Snapshot, State, Transition};
 pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};
 pub use crate::window::WindowTotals;
 pub use fusebox_classify::error::CircuitOpen;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,547 @@
+//! Service-level tests: the layer around mock services, on paused time.
+
+use crate::*;
+use bytes::Bytes;
+use fusebox_classify::error::{CircuitOpen, Overloaded};
+use fusebox_classify::{Route, RouteTable};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full, StreamBody};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_test::{assert_pending, assert_ready, task};
+use tower::{Layer, Service, ServiceExt};
+use tower_test::mock;
+
+type Body = Empty<Bytes>;
+
+fn config() -> CircuitBreakerConfigBuilder {
+    CircuitBreakerConfig::builder("dep")
+        .count_window(10)
+        .minimum_calls(4)
+        .failure_rate_threshold(50)
+        .open_wait(Duration::from_secs(10))
+        .open_wait_jitter(Duration::ZERO)
+        .permitted_probes(2)
+        .seed(1)
+}
+
+fn status(code: u16) -> Response<Body> {
+    Response::builder().status(code).body(Empty::new()).unwrap()
+}
+
+fn req(path: &str) -> Request<()> {
+    Request::get(path).body(()).unwrap()
+}
+
+/// A service answering with whatever status the shared cell holds, counting calls.
+#[derive(Clone)]
+struct Dep {
+    status: Arc<Mutex<u16>>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Dep {
+    fn new(code: u16) -> Self {
+        Dep {
+            status: Arc::new(Mutex::new(code)),
+            calls: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+    fn set(&self, code: u16) {
+        *self.status.lock().unwrap() = code;
+    }
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Service<Request<()>> for Dep {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::future::ready(Ok(status(*self.status.lock().unwrap())))
+    }
+}
+
+async fn send<S>(svc: &mut S, path: &str) -> Result<StatusCode, BoxError>
+where
+    S: Service<Request<()>, Error = BoxError>,
+    S::Response: HasStatus,
+{
+    let r = svc.ready().await?.call(req(path)).await?;
+    Ok(r.status_code())
+}
+
+trait HasStatus {
+    fn status_code(&self) -> StatusCode;
+}
+impl<B> HasStatus for Response<B> {
+    fn status_code(&self) -> StatusCode {
+        self.status()
+    }
+}
+
+type BoxError = fusebox_classify::BoxError;
+
+#[tokio::test(start_paused = true)]
+async fn opens_rejects_probes_and_closes() {
+    let dep = Dep::new(503);
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let handle = layer.handle();
+    let mut events = handle.subscribe();
+    let mut svc = layer.layer(dep.clone());
+
+    for _ in 0..4 {
+        assert_eq!(
+            send(&mut svc, "/").await.unwrap(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+    assert_eq!(handle.state(), State::Open);
+    let ev = events.try_recv().unwrap();
+    match ev.kind {
+        EventKind::Transition(t) => {
+            assert_eq!(
+                (t.from, t.to, t.reason),
+                (State::Closed, State::Open, Reason::FailureRate)
+            );
+            assert_eq!(t.window.failures, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Open: rejected without reaching the dependency, with the time left.
+    tokio::time::advance(Duration::from_secs(3)).await;
+    let err = send(&mut svc, "/").await.unwrap_err();
+    let open = err.downcast_ref::<CircuitOpen>().unwrap();
+    assert_eq!(open.breaker(), "dep");
+    assert_eq!(open.retry_after(), Duration::from_secs(7));
+    assert_eq!(dep.calls(), 4);
+    assert_eq!(
+        handle.snapshot().until_half_open,
+        Some(Duration::from_secs(7))
+    );
+
+    // Half-open: the dependency recovered; two probes close the breaker.
+    dep.set(200);
+    tokio::time::advance(Duration::from_secs(7)).await;
+    assert_eq!(send(&mut svc, "/").await.unwrap(), StatusCode::OK);
+    assert_eq!(handle.state(), State::HalfOpen);
+    assert_eq!(send(&mut svc, "/").await.unwrap(), StatusCode::OK);
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(dep.calls(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_open_admits_exactly_the_probe_budget_and_drops_give_permits_back() {
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let handle = layer.handle();
+    let (mock, mut server) = mock::pair::<Request<()>, Response<Body>>();
+    let mut svc = layer.layer(mock);
+    handle.force_open();
+    handle.reset();
+    // Trip with four failures.
+    for _ in 0..4 {
+        server.allow(1);
+        let mut call = task::spawn(svc.ready().await.unwrap().call(req("/")));
+        let (_, send) = server.next_request().await.unwrap();
+        send.send_response(status(500));
+        assert_ready!(call.poll()).unwrap();
+    }
+    assert_eq!(handle.state(), State::Open);
+    tokio::time::advance(Duration::from_secs(10)).await;
+
+    server.allow(10);
+    let mut p1 = task::spawn(svc.ready().await.unwrap().call(req("/")));
+    let mut p2 = task::spawn(svc.ready().await.unwrap().call(req("/")));
+    let mut p3 = task::spawn(svc.ready().await.unwrap().call(req("/")));
+    let err = assert_ready!(p3.poll()).unwrap_err();
+    assert!(err.downcast_ref::<CircuitOpen>().unwrap().is_half_open());
+    assert_pending!(p1.poll());
+    assert_pending!(p2.poll());
+    let (_, r1) = server.next_request().await.unwrap();
+    let (_, _r2) = server.next_request().await.unwrap();
+    // The caller of probe 2 gives up: its permit goes back.
+    drop(p2);
+    assert_eq!(handle.snapshot().probes_admitted, 1);
+    let mut p4 = task::spawn(svc.ready().await.unwrap().call(req("/")));
+    assert_pending!(p4.poll());
+    let (_, r4) = server.next_request().await.unwrap();
+    r1.send_response(status(200));
+    assert_ready!(p1.poll()).unwrap();
+    assert_eq!(handle.state(), State::HalfOpen);
+    r4.send_response(status(204));
+    assert_ready!(p4.poll()).unwrap();
+    assert_eq!(handle.state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn client_errors_and_429_keep_it_closed() {
+    let dep = Dep::new(400);
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let handle = layer.handle();
+    let mut svc = layer.layer(dep.clone());
+    for _ in 0..20 {
+        send(&mut svc, "/").await.unwrap();
+    }
+    dep.set(429);
+    for _ in 0..20 {
+        send(&mut svc, "/").await.unwrap();
+    }
+    let snap = handle.snapshot();
+    assert_eq!(snap.state, State::Closed);
+    assert_eq!(
+        snap.window.calls, 10,
+        "400s count as successes; 429s are ignored"
+    );
+    assert_eq!(snap.window.failures, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_route_429_and_slow_calls() {
+    let table = RouteTable::builder(Route::default())
+        .route(
+            "/partner",
+            Route::new(fusebox_classify::StandardClassifier::new().count_throttling(true)),
+        )
+        .route(
+            "/slow",
+            Route::default().slow_call_duration(Duration::from_millis(100)),
+        )
+        .build()
+        .unwrap();
+    let partner = CircuitBreakerLayer::builder(config().build().unwrap())
+        .routes(table.clone())
+        .build();
+    let internal = CircuitBreakerLayer::builder(config().build().unwrap())
+        .routes(table.clone())
+        .build();
+    let dep = Dep::new(429);
+    let mut p = partner.layer(dep.clone());
+    let mut i = internal.layer(dep.clone());
+    for _ in 0..4 {
+        send(&mut p, "/partner").await.unwrap();
+        send(&mut i, "/internal").await.unwrap();
+    }
+    assert_eq!(partner.handle().state(), State::Open);
+    assert_eq!(internal.handle().state(), State::Closed);
+
+    // Slow calls: a route with a 100 ms threshold, a dependency taking 150 ms.
+    let slow = CircuitBreakerLayer::builder(config().slow_call_rate_threshold(50).build().unwrap())
+        .routes(table)
+        .build();
+    let mut svc = slow.layer(tower::service_fn(|_: Request<()>| async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        Ok::<_, Infallible>(status(200))
+    }));
+    for _ in 0..3 {
+        send(&mut svc, "/slow").await.unwrap();
+    }
+    assert_eq!(slow.handle().snapshot().window.slow, 3);
+    send(&mut svc, "/slow").await.unwrap();
+    assert_eq!(slow.handle().state(), State::Open);
+    let mut events = slow.handle().subscribe();
+    slow.handle().reset();
+    match events.try_recv().unwrap().kind {
+        EventKind::Transition(t) => assert_eq!(t.reason, Reason::Reset),
+        other => panic!("{other:?}"),
+    }
+    // The same calls on an unmeasured route are not slow.
+    for _ in 0..6 {
+        send(&mut svc, "/other").await.unwrap();
+    }
+    assert_eq!(slow.handle().snapshot().window.slow, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_layer_is_one_breaker_across_layer_calls_and_clones() {
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let dep = Dep::new(502);
+    let mut a = layer.layer(dep.clone());
+    let mut b = layer.clone().layer(dep.clone());
+    let mut c = b.clone();
+    send(&mut a, "/").await.unwrap();
+    send(&mut b, "/").await.unwrap();
+    send(&mut c, "/").await.unwrap();
+    send(&mut a, "/").await.unwrap();
+    assert_eq!(c.handle().state(), State::Open);
+    assert!(send(&mut a, "/").await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_are_classified() {
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let mut refused = layer.layer(tower::service_fn(|_: Request<()>| async {
+        Err::<Response<Body>, _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+    }));
+    for _ in 0..4 {
+        let err = send(&mut refused, "/").await.unwrap_err();
+        assert!(
+            err.downcast_ref::<std::io::Error>().is_some(),
+            "inner errors pass through"
+        );
+    }
+    assert_eq!(layer.handle().state(), State::Open);
+
+    // Overloaded is ignored by default, counted when configured.
+    let overloaded = || {
+        tower::service_fn(|_: Request<()>| async {
+            Err::<Response<Body>, _>(Overloaded::new(8, Duration::from_millis(5)))
+        })
+    };
+    let ignore = CircuitBreakerLayer::new(config().build().unwrap());
+    let mut svc = ignore.layer(overloaded());
+    for _ in 0..8 {
+        send(&mut svc, "/").await.unwrap_err();
+    }
+    assert_eq!(ignore.handle().snapshot().window.calls, 0);
+    let count = CircuitBreakerLayer::new(config().count_overloaded(true).build().unwrap());
+    let mut svc = count.layer(overloaded());
+    for _ in 0..4 {
+        send(&mut svc, "/").await.unwrap_err();
+    }
+    assert_eq!(count.handle().state(), State::Open);
+}
+
+fn grpc_response(
+    trailers_status: &'static str,
+) -> Response<
+    StreamBody<
+        futures_util::stream::Iter<std::vec::IntoIter<Result<http_body::Frame<Bytes>, Infallible>>>,
+    >,
+> {
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static(trailers_status));
+    let frames = vec![
+        Ok(http_body::Frame::data(Bytes::from_static(b"\0\0\0\0\0"))),
+        Ok(http_body::Frame::trailers(trailers)),
+    ];
+    Response::builder()
+        .header("content-type", "application/grpc")
+        .body(StreamBody::new(futures_util::stream::iter(frames)))
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn grpc_verdicts_come_from_trailers_and_trailers_only_responses() {
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let handle = layer.handle();
+    let mut svc = layer.layer(tower::service_fn(|r: Request<()>| async move {
+        Ok::<_, Infallible>(grpc_response(if r.uri().path() == "/ok" {
+            "0"
+        } else {
+            "14"
+        }))
+    }));
+    for i in 0..3 {
+        let response = svc.ready().await.unwrap().call(req("/fail")).await.unwrap();
+        // Nothing is recorded until the stream ends.
+        assert_eq!(handle.snapshot().window.calls, i);
+        let collected = response.into_body().collect().await.unwrap();
+        assert_eq!(collected.trailers().unwrap()["grpc-status"], "14");
+    }
+    assert_eq!(handle.snapshot().window.failures, 3);
+    // A dropped stream is a cancellation: ignored.
+    let response = svc.ready().await.unwrap().call(req("/fail")).await.unwrap();
+    drop(response);
+    assert_eq!(handle.snapshot().window.calls, 3);
+    let ok = svc.ready().await.unwrap().call(req("/ok")).await.unwrap();
+    ok.into_body().collect().await.unwrap();
+    assert_eq!(
+        handle.snapshot().window,
+        WindowTotals {
+            calls: 4,
+            failures: 3,
+            slow: 0
+        }
+    );
+    assert_eq!(handle.state(), State::Open);
+
+    // Trailers-only: the status is in the headers.
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let mut svc = layer.layer(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(
+            Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", "13")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+    }));
+    for _ in 0..4 {
+        svc.ready().await.unwrap().call(req("/x")).await.unwrap();
+    }
+    assert_eq!(layer.handle().state(), State::Open);
+}
+
+#[tokio::test(start_paused = true)]
+async fn operator_states_through_the_service() {
+    let dep = Dep::new(500);
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    let handle = layer.handle();
+    let mut svc = layer.layer(dep.clone());
+    handle.metrics_only();
+    for _ in 0..10 {
+        assert_eq!(
+            send(&mut svc, "/").await.unwrap(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+    let snap = handle.snapshot();
+    assert_eq!(snap.state, State::MetricsOnly);
+    assert!(snap.would_open);
+    assert_eq!(snap.window.failures, 10);
+    handle.disable();
+    for _ in 0..10 {
+        send(&mut svc, "/").await.unwrap();
+    }
+    assert_eq!(
+        handle.snapshot().window.failures,
+        10,
+        "disabled records nothing"
+    );
+    handle.force_open();
+    assert!(send(&mut svc, "/").await.is_err());
+    assert_eq!(dep.calls(), 20);
+    handle.reset();
+    dep.set(200);
+    assert_eq!(send(&mut svc, "/").await.unwrap(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn keyed_breakers_isolate_keys_and_stay_bounded() {
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .max_keys(64)
+        .build_keyed(|head: &RequestHead<'_>| head.uri().path().to_owned())
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer.layer(tower::service_fn(|r: Request<()>| async move {
+        Ok::<_, Infallible>(status(if r.uri().path() == "/bad" { 503 } else { 200 }))
+    }));
+    for _ in 0..4 {
+        send(&mut svc, "/bad").await.unwrap();
+        send(&mut svc, "/good").await.unwrap();
+    }
+    assert_eq!(handle.get(&"/bad".to_owned()).unwrap().state(), State::Open);
+    assert_eq!(
+        handle.get(&"/good".to_owned()).unwrap().state(),
+        State::Closed
+    );
+    let err = send(&mut svc, "/bad").await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<CircuitOpen>().unwrap().key(),
+        Some("/bad")
+    );
+    assert_eq!(send(&mut svc, "/good").await.unwrap(), StatusCode::OK);
+
+    // Churn through 10,000 keys: the map never holds more than the cap.
+    for i in 0..10_000 {
+        send(&mut svc, &format!("/k/{i}")).await.unwrap();
+        assert!(handle.len() <= 64);
+    }
+    assert!(handle.len() <= 64);
+    handle.reset_all();
+    assert!(
+        handle
+            .keys()
+            .iter()
+            .all(|k| handle.get(k).unwrap().state() == State::Closed)
+    );
+
+    // Idle keys are forgotten after the idle timeout.
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .idle_timeout(Duration::from_secs(60))
+        .build_keyed(ByRoute)
+        .unwrap();
+    let mut svc = layer.layer(Dep::new(200));
+    send(&mut svc, "/").await.unwrap();
+    assert_eq!(layer.handle().len(), 1);
+    assert_eq!(
+        layer
+            .handle()
+            .get(&fusebox_classify::RouteId::DEFAULT)
+            .unwrap()
+            .key(),
+        Some("default")
+    );
+    assert!(
+        CircuitBreakerLayer::builder(config().build().unwrap())
+            .max_keys(0)
+            .build_keyed(ByHost)
+            .unwrap_err()
+            .to_string()
+            .contains("max_keys")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_are_reported() {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let dep = Dep::new(503);
+    metrics::with_local_recorder(&recorder, || {
+        let layer = CircuitBreakerLayer::new(config().build().unwrap());
+        let mut svc = layer.layer(dep.clone());
+        let mut run = |n| {
+            for _ in 0..n {
+                let mut call = task::spawn(svc.call(req("/")));
+                let _ = assert_ready!(call.poll());
+            }
+        };
+        run(6);
+    });
+    let snapshot = snapshotter.snapshot().into_hashmap();
+    let find = |name: &str, label: Option<(&str, &str)>| {
+        snapshot
+            .iter()
+            .find(|(k, _)| {
+                k.key().name() == name
+                    && label.is_none_or(|(l, v)| {
+                        k.key().labels().any(|x| x.key() == l && x.value() == v)
+                    })
+            })
+            .map(|(_, (_, _, v))| match v {
+                DebugValue::Counter(c) => *c as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            })
+    };
+    assert_eq!(find("fusebox_breaker_rejected_total", None), Some(2.0));
+    assert_eq!(
+        find("fusebox_breaker_transitions_total", Some(("to", "open"))),
+        Some(1.0)
+    );
+    assert_eq!(find("fusebox_breaker_state", None), Some(1.0));
+    assert_eq!(find("fusebox_breaker_failure_rate", None), Some(100.0));
+}
+
+#[test]
+fn services_and_futures_are_send_and_static() {
+    fn assert_send_static<T: Send + 'static>(_: &T) {}
+    fn check<S>(svc: S)
+    where
+        S: Service<Request<()>> + Send + 'static,
+        S::Future: Send + 'static,
+        S::Response: Send + 'static,
+    {
+        let _ = svc;
+    }
+    let layer = CircuitBreakerLayer::new(config().build().unwrap());
+    assert_send_static(&layer);
+    check(layer.layer(Dep::new(200)));
+    let keyed = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(ByHost)
+        .unwrap();
+    check(keyed.layer(Dep::new(200)));
+}
