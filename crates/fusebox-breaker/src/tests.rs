@@ -313,16 +313,14 @@ async fn errors_are_classified() {
     assert_eq!(count.handle().state(), State::Open);
 }
 
-fn grpc_response(
-    trailers_status: &'static str,
-) -> Response<
-    StreamBody<
-        futures_util::stream::Iter<std::vec::IntoIter<Result<http_body::Frame<Bytes>, Infallible>>>,
-    >,
-> {
+type Frames = Vec<Result<http_body::Frame<Bytes>, Infallible>>;
+type GrpcBody = StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Frames0>>>;
+type Frames0 = Result<http_body::Frame<Bytes>, Infallible>;
+
+fn grpc_response(trailers_status: &'static str) -> Response<GrpcBody> {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from_static(trailers_status));
-    let frames = vec![
+    let frames: Frames = vec![
         Ok(http_body::Frame::data(Bytes::from_static(b"\0\0\0\0\0"))),
         Ok(http_body::Frame::trailers(trailers)),
     ];
