@@ -1,0 +1,81 @@
+//! The layer: settings, routes and the one budget every service it builds shares.
+
+use crate::budget::RetryBudget;
+use crate::config::RetryConfig;
+use crate::service::{Retry, Shared};
+use fusebox_classify::{Classifier, RouteTable, StandardClassifier};
+use std::fmt;
+use std::sync::Arc;
+use tower_layer::Layer;
+
+/// Wraps services in [`Retry`]: retries within a budget, classified per route.
+///
+/// The budget is created here, once: every service this layer builds, and every clone of
+/// them, spends from the same budget. Cloning the layer shares it too.
+pub struct RetryBudgetLayer<C = StandardClassifier> {
+    shared: Arc<Shared<C>>,
+}
+
+impl<C: Classifier> RetryBudgetLayer<C> {
+    /// A layer with these settings, classifying calls by `routes`.
+    pub fn new(config: RetryConfig, routes: RouteTable<C>) -> Self {
+        RetryBudgetLayer {
+            shared: Arc::new(Shared::new(config, routes)),
+        }
+    }
+}
+
+impl RetryBudgetLayer {
+    /// A layer with these settings and the default route table (the standard HTTP and gRPC
+    /// classifier, retries allowed).
+    pub fn with_config(config: RetryConfig) -> Self {
+        RetryBudgetLayer::new(config, RouteTable::default())
+    }
+}
+
+impl Default for RetryBudgetLayer {
+    fn default() -> Self {
+        RetryBudgetLayer::with_config(RetryConfig::default())
+    }
+}
+
+impl<C> RetryBudgetLayer<C> {
+    /// The budget every service of this layer spends from.
+    pub fn budget(&self) -> &RetryBudget {
+        &self.shared.budget
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RetryConfig {
+        &self.shared.config
+    }
+
+    /// The route table.
+    pub fn routes(&self) -> &RouteTable<C> {
+        &self.shared.routes
+    }
+}
+
+impl<C> Clone for RetryBudgetLayer<C> {
+    fn clone(&self) -> Self {
+        RetryBudgetLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<C> fmt::Debug for RetryBudgetLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryBudgetLayer")
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+impl<S, C> Layer<S> for RetryBudgetLayer<C> {
+    type Service = Retry<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Retry::new(inner, Arc::clone(&self.shared))
+    }
+}

@@ -1,0 +1,226 @@
+//! Request bodies that can be sent more than once.
+//!
+//! A retry must send the same bytes again, but an `http_body::Body` can be read only once.
+//! The retry layer therefore reads a small body (its size hint promises at most
+//! `max_replay_body_bytes`) into a [`Buffered`] before the first attempt and gives every
+//! attempt a [`ReplayBody`] that plays the buffer back. Chunks are kept as the body's own
+//! data type and cloned per attempt: for `Bytes` that is a reference count, not a copy.
+//!
+//! A body with no size bound, or a larger one, is *streaming*: it is passed through
+//! untouched, exactly once, and the request is not retried (buffering it would hold an
+//! unbounded amount of memory, or hold back a stream the server may be answering as it
+//! reads). An empty body needs no buffer at all and allocates nothing.
+
+use bytes::Buf;
+use http::HeaderMap;
+use http_body::{Body, Frame, SizeHint};
+use pin_project::pin_project;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The chunks of a buffered body. One chunk (the common case) is kept without a `Vec`.
+#[derive(Clone)]
+enum Chunks<D> {
+    Zero,
+    One(D),
+    Many(Vec<D>),
+}
+
+/// A request body read into memory so that it can be replayed.
+#[derive(Clone)]
+pub(crate) struct Buffered<D> {
+    chunks: Chunks<D>,
+    trailers: Option<HeaderMap>,
+    len: u64,
+}
+
+impl<D> fmt::Debug for Buffered<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffered").field("len", &self.len).finish()
+    }
+}
+
+impl<D> Default for Buffered<D> {
+    fn default() -> Self {
+        Buffered {
+            chunks: Chunks::Zero,
+            trailers: None,
+            len: 0,
+        }
+    }
+}
+
+impl<D: Buf + Clone> Buffered<D> {
+    /// Adds a data chunk; returns the total length so far.
+    pub(crate) fn push(&mut self, chunk: D) -> u64 {
+        let n = chunk.remaining() as u64;
+        if n == 0 {
+            return self.len;
+        }
+        self.len = self.len.saturating_add(n);
+        self.chunks = match std::mem::replace(&mut self.chunks, Chunks::Zero) {
+            Chunks::Zero => Chunks::One(chunk),
+            Chunks::One(first) => Chunks::Many(vec![first, chunk]),
+            Chunks::Many(mut all) => {
+                all.push(chunk);
+                Chunks::Many(all)
+            }
+        };
+        self.len
+    }
+
+    /// Sets the trailers.
+    pub(crate) fn set_trailers(&mut self, trailers: HeaderMap) {
+        self.trailers = Some(trailers);
+    }
+
+    /// A body that plays the buffer back.
+    pub(crate) fn replay<B: Body<Data = D>>(&self) -> ReplayBody<B> {
+        if self.len == 0 && self.trailers.is_none() {
+            return ReplayBody::empty();
+        }
+        let chunks = match &self.chunks {
+            Chunks::Zero => Replaying::Done,
+            Chunks::One(c) => Replaying::One(c.clone()),
+            Chunks::Many(all) => Replaying::Many(all.clone().into_iter()),
+        };
+        ReplayBody {
+            kind: Kind::Replay {
+                chunks,
+                trailers: self.trailers.clone(),
+                remaining: self.len,
+            },
+        }
+    }
+}
+
+enum Replaying<D> {
+    Done,
+    One(D),
+    Many(std::vec::IntoIter<D>),
+}
+
+impl<D> Replaying<D> {
+    fn next(&mut self) -> Option<D> {
+        match std::mem::replace(self, Replaying::Done) {
+            Replaying::Done => None,
+            Replaying::One(c) => Some(c),
+            Replaying::Many(mut it) => {
+                let next = it.next();
+                if it.len() > 0 {
+                    *self = Replaying::Many(it);
+                }
+                next
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(self, Replaying::Done)
+    }
+}
+
+/// The request body each attempt of the retry layer sends: empty, a replay of a buffered
+/// body, or the original body passed through once (streaming).
+///
+/// Data and errors are those of the original body `B`.
+#[pin_project]
+pub struct ReplayBody<B: Body> {
+    #[pin]
+    kind: Kind<B>,
+}
+
+#[pin_project(project = KindProj)]
+enum Kind<B: Body> {
+    Empty,
+    Replay {
+        chunks: Replaying<B::Data>,
+        trailers: Option<HeaderMap>,
+        remaining: u64,
+    },
+    Streaming {
+        #[pin]
+        body: B,
+    },
+}
+
+impl<B: Body> ReplayBody<B> {
+    /// An empty body (allocates nothing).
+    pub fn empty() -> Self {
+        ReplayBody { kind: Kind::Empty }
+    }
+
+    /// `body` passed through once.
+    pub fn streaming(body: B) -> Self {
+        ReplayBody {
+            kind: Kind::Streaming { body },
+        }
+    }
+
+    /// Whether this body replays a buffer (a retry, or a first attempt whose body was
+    /// buffered), rather than being empty or streaming.
+    pub fn is_replay(&self) -> bool {
+        matches!(self.kind, Kind::Replay { .. })
+    }
+
+    /// Whether this body passes the original body through (sent once, never retried).
+    pub fn is_streaming(&self) -> bool {
+        matches!(self.kind, Kind::Streaming { .. })
+    }
+}
+
+impl<B: Body> fmt::Debug for ReplayBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Empty => "empty",
+            Kind::Replay { .. } => "replay",
+            Kind::Streaming { .. } => "streaming",
+        };
+        f.debug_struct("ReplayBody").field("kind", &kind).finish()
+    }
+}
+
+impl<B: Body> Body for ReplayBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Empty => Poll::Ready(None),
+            KindProj::Replay {
+                chunks,
+                trailers,
+                remaining,
+            } => {
+                if let Some(chunk) = chunks.next() {
+                    *remaining = remaining.saturating_sub(chunk.remaining() as u64);
+                    return Poll::Ready(Some(Ok(Frame::data(chunk))));
+                }
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
+            KindProj::Streaming { body } => body.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Replay {
+                chunks, trailers, ..
+            } => chunks.is_done() && trailers.is_none(),
+            Kind::Streaming { body } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Replay { remaining, .. } => SizeHint::with_exact(*remaining),
+            Kind::Streaming { body } => body.size_hint(),
+        }
+    }
+}
