@@ -1,1 +1,62 @@
-//! placeholder
+//! **fusebox**: resilience middleware for Tower.
+//!
+//! Layers that protect a service from its dependencies, all reading one shared, per-route
+//! [`Classifier`](classify::Classifier) that decides whether a finished call was a success,
+//! a failure, slow, or something to ignore:
+//!
+//! - [`breaker`]: the circuit breaker ([`CircuitBreakerLayer`]), feature `breaker`;
+//! - [`timeout`]: per-route timeouts and deadline propagation ([`TimeoutLayer`]), feature
+//!   `timeout`;
+//! - [`classify`]: the Classifier, the route table, and fusebox's shared error types.
+//!
+//! Every layer drops into `tower::ServiceBuilder`, in axum and tonic servers and around
+//! outbound hyper clients. fusebox's own errors ([`CircuitOpen`](error::CircuitOpen),
+//! [`Elapsed`](error::Elapsed), ...) travel as [`BoxError`] and are found by downcasting.
+//!
+//! # Example
+//!
+//! ```
+//! use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Route, RouteTable, StandardClassifier};
+//! use std::time::Duration;
+//!
+//! // A partner API whose 429s mean it is struggling: that route counts them.
+//! let routes = RouteTable::builder(Route::default().slow_call_duration(Duration::from_millis(250)))
+//!     .route("POST /charge", Route::new(StandardClassifier::new().count_throttling(true)))
+//!     .build()?;
+//! let breaker = CircuitBreakerLayer::builder(
+//!     CircuitBreakerConfig::builder("payments").failure_rate_threshold(50).build()?,
+//! )
+//! .routes(routes)
+//! .build();
+//! let svc = tower::ServiceBuilder::new()
+//!     .layer(breaker)
+//!     .service_fn(|_req: http::Request<String>| async {
+//!         Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+//!     });
+//! # let _ = svc;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub use fusebox_classify as classify;
+pub use fusebox_classify::{
+    BoxError, Classifier, ConfigError, Deadline, GrpcClassifier, HttpClassifier, Outcome, Route,
+    RouteTable, StandardClassifier, Verdict, error,
+};
+
+/// The circuit breaker.
+#[cfg(feature = "breaker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
+pub use fusebox_breaker as breaker;
+#[cfg(feature = "breaker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
+pub use fusebox_breaker::{BreakerHandle, CircuitBreakerConfig, CircuitBreakerLayer};
+
+/// Per-route timeouts and deadline propagation.
+#[cfg(feature = "timeout")]
+#[cfg_attr(docsrs, doc(cfg(feature = "timeout")))]
+pub use fusebox_timeout as timeout;
+#[cfg(feature = "timeout")]
+#[cfg_attr(docsrs, doc(cfg(feature = "timeout")))]
+pub use fusebox_timeout::TimeoutLayer;
