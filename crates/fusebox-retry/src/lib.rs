@@ -98,6 +98,8 @@ pub mod future;
 mod layer;
 pub mod replay;
 mod service;
+#[cfg(test)]
+mod tests;
 
 pub use crate::backoff::{Backoff, SystemWallClock, WallClock};
 pub use crate::budget::{BudgetSnapshot, RetryBudget};

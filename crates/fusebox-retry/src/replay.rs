@@ -224,3 +224,79 @@ impl<B: Body> Body for ReplayBody<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http::HeaderValue;
+    use http_body_util::{BodyExt, Full, StreamBody};
+
+    type Stream = StreamBody<
+        futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, std::io::Error>>>,
+    >;
+
+    fn buffer(chunks: &[&'static [u8]], trailers: Option<HeaderMap>) -> Buffered<Bytes> {
+        let mut b = Buffered::default();
+        for c in chunks {
+            b.push(Bytes::from_static(c));
+        }
+        if let Some(t) = trailers {
+            b.set_trailers(t);
+        }
+        b
+    }
+
+    #[tokio::test]
+    async fn replays_are_byte_identical_every_time() {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("x-checksum", HeaderValue::from_static("abc"));
+        let b = buffer(&[b"hello ", b"", b"wor", b"ld"], Some(trailers));
+        for _ in 0..3 {
+            let body: ReplayBody<Full<Bytes>> = b.replay();
+            assert!(body.is_replay());
+            assert_eq!(body.size_hint().exact(), Some(11));
+            assert!(!body.is_end_stream());
+            let collected = body.collect().await.unwrap();
+            assert_eq!(collected.trailers().unwrap()["x-checksum"], "abc");
+            assert_eq!(collected.to_bytes(), "hello world");
+        }
+    }
+
+    #[tokio::test]
+    async fn one_chunk_and_no_chunk() {
+        let one = buffer(&[b"x"], None);
+        let mut body: ReplayBody<Full<Bytes>> = one.replay();
+        assert_eq!(
+            body.frame().await.unwrap().unwrap().into_data().unwrap(),
+            "x"
+        );
+        assert!(body.is_end_stream());
+        assert_eq!(body.size_hint().exact(), Some(0));
+        assert!(body.frame().await.is_none());
+
+        let none: ReplayBody<Full<Bytes>> = buffer(&[], None).replay();
+        assert!(
+            !none.is_replay(),
+            "an empty buffer replays as the empty body"
+        );
+        assert!(none.is_end_stream());
+        assert_eq!(none.size_hint().exact(), Some(0));
+    }
+
+    #[tokio::test]
+    async fn streaming_bodies_pass_through_once() {
+        let frames = vec![
+            Ok(Frame::data(Bytes::from_static(b"a"))),
+            Ok(Frame::data(Bytes::from_static(b"b"))),
+        ];
+        let body: ReplayBody<Stream> =
+            ReplayBody::streaming(StreamBody::new(futures_util::stream::iter(frames)));
+        assert!(body.is_streaming());
+        assert!(format!("{body:?}").contains("streaming"));
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "ab");
+        let empty = ReplayBody::<Full<Bytes>>::empty();
+        assert!(empty.is_end_stream());
+        assert_eq!(empty.collect().await.unwrap().to_bytes(), "");
+    }
+}
