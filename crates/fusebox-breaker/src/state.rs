@@ -1103,3 +1103,166 @@ mod tests {
         }
     }
 }
+
+/// Exhaustive interleavings of concurrent calls against the state machine.
+///
+/// In the memory store every operation that reads or changes the machine runs whole under
+/// one mutex, so concurrent calls interleave at the granularity of these operations; the
+/// lock-free paths outside the mutex only *read* (admission while CLOSED/DISABLED/
+/// METRICS_ONLY; skipping a fast success in a clean window or from an old generation) and
+/// never admit a probe or change state. Enumerating every interleaving of the operations
+/// is therefore a complete model check of the probe budget and of stale results.
+#[cfg(test)]
+mod interleavings {
+    use super::*;
+
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum End {
+        Success,
+        Failure,
+        Dropped,
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Step {
+        Acquire(usize),
+        Finish(usize, End),
+        Stale(End),
+    }
+
+    fn half_open_machine() -> (Machine, Permit) {
+        let cfg = Arc::new(
+            CircuitBreakerConfig::builder("model")
+                .count_window(4)
+                .minimum_calls(2)
+                .open_wait(Duration::from_secs(1))
+                .open_wait_jitter(Duration::ZERO)
+                .permitted_probes(2)
+                .build()
+                .unwrap(),
+        );
+        let mut m = Machine::new(cfg, Nanos(0));
+        let stale = m.acquire(Nanos(0)).0.unwrap();
+        for _ in 0..2 {
+            let p = m.acquire(Nanos(0)).0.unwrap();
+            m.record(p, true, false, Nanos(0));
+        }
+        assert_eq!(m.state(), State::Open);
+        (m, stale)
+    }
+
+    /// Every interleaving of `threads` sequences (each: acquire, then finish).
+    fn interleave(
+        seqs: &[Vec<Step>],
+        idx: &mut Vec<usize>,
+        out: &mut Vec<Step>,
+        all: &mut Vec<Vec<Step>>,
+    ) {
+        let mut progressed = false;
+        for t in 0..seqs.len() {
+            if idx[t] < seqs[t].len() {
+                progressed = true;
+                out.push(seqs[t][idx[t]]);
+                idx[t] += 1;
+                interleave(seqs, idx, out, all);
+                idx[t] -= 1;
+                out.pop();
+            }
+        }
+        if !progressed {
+            all.push(out.clone());
+        }
+    }
+
+    #[test]
+    fn no_interleaving_admits_too_many_probes_or_lets_a_stale_result_act() {
+        let ends = [End::Success, End::Failure, End::Dropped];
+        let mut checked = 0usize;
+        for e0 in ends {
+            for e1 in ends {
+                for e2 in ends {
+                    for stale_end in ends {
+                        let seqs = vec![
+                            vec![Step::Acquire(0), Step::Finish(0, e0)],
+                            vec![Step::Acquire(1), Step::Finish(1, e1)],
+                            vec![Step::Acquire(2), Step::Finish(2, e2)],
+                            vec![Step::Stale(stale_end)],
+                        ];
+                        let mut all = Vec::new();
+                        interleave(&seqs, &mut vec![0; seqs.len()], &mut Vec::new(), &mut all);
+                        for schedule in all {
+                            run(&schedule, stale_end);
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // 7!/(2!·2!·2!·1!) = 630 interleavings for each of 81 outcome choices.
+        assert_eq!(checked, 630 * 81);
+    }
+
+    fn run(schedule: &[Step], _stale_end: End) {
+        let (mut m, stale) = half_open_machine();
+        let now = Nanos(2_000_000_000); // past the open wait
+        let mut permits: [Option<Permit>; 3] = [None; 3];
+        for step in schedule {
+            let (state, generation) = (m.state(), m.generation());
+            match *step {
+                Step::Acquire(i) => {
+                    if let (Ok(p), _) = m.acquire(now) {
+                        permits[i] = Some(p);
+                    }
+                }
+                Step::Finish(i, end) => {
+                    if let Some(p) = permits[i].take() {
+                        let current = p.generation == m.generation();
+                        match end {
+                            End::Success => {
+                                m.record(p, false, false, now);
+                            }
+                            End::Failure => {
+                                m.record(p, true, false, now);
+                            }
+                            End::Dropped => {
+                                m.release(p);
+                            }
+                        }
+                        if !current {
+                            assert_eq!(
+                                (m.state(), m.generation()),
+                                (state, generation),
+                                "a stale result acted: {schedule:?}"
+                            );
+                        }
+                    }
+                }
+                Step::Stale(end) => {
+                    match end {
+                        End::Success => m.record(stale, false, false, now),
+                        End::Failure => m.record(stale, true, false, now),
+                        End::Dropped => {
+                            m.release(stale);
+                            Effect::None
+                        }
+                    };
+                    assert_eq!(
+                        (m.state(), m.generation()),
+                        (state, generation),
+                        "the stale result acted: {schedule:?}"
+                    );
+                }
+            }
+            // Probes of the current generation still held by callers never exceed the budget.
+            let in_flight = permits
+                .iter()
+                .flatten()
+                .filter(|p| p.kind == PermitKind::Probe && p.generation == m.generation())
+                .count();
+            assert!(in_flight <= 2, "{in_flight} probes in flight: {schedule:?}");
+            if m.state() == State::HalfOpen {
+                assert!(m.snapshot(now).probes_admitted <= 2);
+            }
+        }
+    }
+}

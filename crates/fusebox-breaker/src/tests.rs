@@ -543,3 +543,78 @@ fn services_and_futures_are_send_and_static() {
         .unwrap();
     check(keyed.layer(Dep::new(200)));
 }
+
+#[test]
+fn concurrent_threads_never_exceed_the_probe_budget() {
+    use crate::store::{MemoryStore, Store, StoreSpec};
+    use std::collections::HashMap;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let cfg = Arc::new(
+        config()
+            .open_wait(Duration::from_nanos(1))
+            .permitted_probes(3)
+            .probe_successes(3)
+            .build()
+            .unwrap(),
+    );
+    let store = Arc::new(MemoryStore::new(StoreSpec {
+        events: events::EventSink::new(Arc::clone(&cfg.name), Vec::new()),
+        config: cfg,
+        key: None,
+        clock: fusebox_classify::Clock::new(),
+    }));
+    // generation -> (probes held now, most ever held)
+    let held: Arc<Mutex<HashMap<u64, (u32, u32)>>> = Arc::default();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let (store, held) = (Arc::clone(&store), Arc::clone(&held));
+            std::thread::spawn(move || {
+                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                for _ in 0..20_000 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let Ok(permit) = store.acquire() else {
+                        continue;
+                    };
+                    let probe = permit.kind() == state::PermitKind::Probe;
+                    if probe {
+                        let mut h = held.lock().unwrap();
+                        let e = h.entry(permit.generation()).or_default();
+                        e.0 += 1;
+                        e.1 = e.1.max(e.0);
+                    }
+                    std::thread::yield_now();
+                    if probe {
+                        held.lock()
+                            .unwrap()
+                            .get_mut(&permit.generation())
+                            .unwrap()
+                            .0 -= 1;
+                    }
+                    match x % 3 {
+                        0 => store.release(permit),
+                        1 => store.record(permit, true, false, None),
+                        _ => store.record(permit, false, false, None),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let held = held.lock().unwrap();
+    assert!(
+        !held.is_empty(),
+        "the breaker went half-open during the run"
+    );
+    for (generation, (now, max)) in held.iter() {
+        assert_eq!(*now, 0);
+        assert!(*max <= 3, "generation {generation}: {max} probes at once");
+    }
+}
