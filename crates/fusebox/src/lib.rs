@@ -1,7 +1,7 @@
 //! **fusebox**: resilience middleware for Tower.
 //!
 //! Layers that protect a service from its dependencies, all reading one shared, per-route
-//! [`Classifier`](classify::Classifier) that decides whether a finished call was a success,
+//! [`Classifier`] that decides whether a finished call was a success,
 //! a failure, slow, or something to ignore:
 //!
 //! - [`breaker`]: the circuit breaker ([`CircuitBreakerLayer`]), feature `breaker`;
