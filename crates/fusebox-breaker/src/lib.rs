@@ -75,6 +75,7 @@ mod future;
 mod keyed;
 mod layer;
 mod service;
+pub mod sim;
 pub mod state;
 pub mod store;
 pub mod window;
