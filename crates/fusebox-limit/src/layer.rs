@@ -1,0 +1,103 @@
+//! The layer: one limit, shared by every service it builds and every clone of it.
+
+use crate::config::ConcurrencyLimitConfig;
+use crate::limiter::Limiter;
+use crate::observe::LimitHandle;
+use crate::partition::{Partitions, Unpartitioned};
+use crate::service::ConcurrencyLimit;
+use fusebox_classify::{Classifier, RouteTable, StandardClassifier};
+use std::fmt;
+use std::sync::Arc;
+use tower_layer::Layer;
+
+/// Applies a concurrency limit; see the [crate docs](crate).
+///
+/// The limit's state is created here, once: every clone of this layer value and every
+/// service [`layer`](Layer::layer) builds share it, so that "at most 64 calls to the fraud
+/// service" holds across all the connections and tasks that call it. Build two layer values
+/// for two independent limits.
+pub struct ConcurrencyLimitLayer<C = StandardClassifier, P = Unpartitioned> {
+    limiter: Arc<Limiter<C>>,
+    config: ConcurrencyLimitConfig,
+    partitioner: P,
+}
+
+impl ConcurrencyLimitLayer {
+    /// A limit whose adaptive algorithm (if any) classifies calls with the default route
+    /// table (HTTP and gRPC status rules, no slow-call threshold).
+    pub fn new(config: ConcurrencyLimitConfig) -> Self {
+        Self::with_routes(config, RouteTable::default())
+    }
+}
+
+impl<C: Classifier> ConcurrencyLimitLayer<C> {
+    /// A limit whose adaptive algorithm classifies calls with `routes`: each route's
+    /// classifier and slow-call threshold decide which calls are drops.
+    pub fn with_routes(config: ConcurrencyLimitConfig, routes: RouteTable<C>) -> Self {
+        ConcurrencyLimitLayer {
+            limiter: Arc::new(Limiter::new(&config, routes, &[])),
+            config,
+            partitioner: Unpartitioned,
+        }
+    }
+}
+
+impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
+    /// The same limit, partitioned: each partition is guaranteed its share (see
+    /// [`partition`](crate::partition)).
+    ///
+    /// This creates the limit's state anew (with the partitions' counts): call it before
+    /// cloning the layer or building services with it.
+    pub fn partitioned<K, F>(
+        self,
+        partitions: Partitions<K, F>,
+    ) -> ConcurrencyLimitLayer<C, Partitions<K, F>> {
+        let limiter = Limiter::new(
+            &self.config,
+            self.limiter.table.clone(),
+            partitions.shares(),
+        );
+        ConcurrencyLimitLayer {
+            limiter: Arc::new(limiter),
+            config: self.config,
+            partitioner: partitions,
+        }
+    }
+
+    /// A read-only view of the limit.
+    pub fn handle(&self) -> LimitHandle {
+        LimitHandle::new(self.limiter.clone())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ConcurrencyLimitConfig {
+        &self.config
+    }
+}
+
+impl<C, P: Clone> Clone for ConcurrencyLimitLayer<C, P> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimitLayer {
+            limiter: Arc::clone(&self.limiter),
+            config: self.config.clone(),
+            partitioner: self.partitioner.clone(),
+        }
+    }
+}
+
+impl<C, P> fmt::Debug for ConcurrencyLimitLayer<C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimitLayer")
+            .field("config", &self.config)
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, P: Clone> Layer<S> for ConcurrencyLimitLayer<C, P> {
+    type Service = ConcurrencyLimit<S, C, P>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyLimit::new(inner, Arc::clone(&self.limiter), self.partitioner.clone())
+    }
+}

@@ -1,0 +1,650 @@
+//! The state one layer value shares with every service it builds: the permit counter, the
+//! queue of waiters, the partitions' counts, the adaptive algorithm and the metrics.
+//!
+//! The fixed-limit path is one compare-and-swap to take a permit and one subtraction to give
+//! it back, on a counter no other state shares a lock with. Everything else — queueing,
+//! partitions, adaptive samples — goes through short critical sections that are never held
+//! across an `.await` and allocate nothing once the queue has reached its largest size.
+
+use crate::algorithm::{Aimd, LimitAlgorithm, Sample, Vegas};
+use crate::config::{ConcurrencyLimitConfig, Limit, QueueConfig, Release};
+use crate::observe::{self, Metrics};
+use crate::partition::reservations;
+use fusebox_classify::error::Overloaded;
+use fusebox_classify::{CallMeta, Classifier, Clock, Nanos, Outcome, RouteTable, Verdict};
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// At most this many queue slots are allocated up front; a larger queue grows on demand
+/// (and keeps what it grew).
+const PREALLOCATED_WAITERS: usize = 256;
+
+pub(crate) struct Limiter<C> {
+    // Written on every call.
+    in_flight: AtomicUsize,
+    waiting: AtomicUsize,
+    limit: AtomicUsize,
+
+    pub(crate) name: Arc<str>,
+    pub(crate) release: Release,
+    pub(crate) retry_after: Duration,
+    pub(crate) queue: Option<QueueConfig>,
+    pub(crate) table: RouteTable<C>,
+    pub(crate) clock: Clock,
+    partitioned: bool,
+    shares: Box<[f64]>,
+    log_step: usize,
+    slow: Mutex<Slow>,
+    adaptive: Option<Mutex<Adaptive>>,
+    pub(crate) metrics: Metrics,
+}
+
+impl<C> fmt::Debug for Limiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limiter")
+            .field("name", &self.name)
+            .field("limit", &self.limit.load(Relaxed))
+            .field("in_flight", &self.in_flight.load(Relaxed))
+            .field("waiting", &self.waiting.load(Relaxed))
+            .field("partitions", &self.shares.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the slow paths share, behind one lock.
+struct Slow {
+    queue: Queue,
+    /// Calls in flight per partition.
+    partition_in_flight: Vec<usize>,
+    /// Calls in flight that belong to no partition.
+    unlisted_in_flight: usize,
+    /// Scratch space: the reservations at the current limit.
+    reserved: Vec<usize>,
+}
+
+struct Adaptive {
+    algorithm: Algorithm,
+    /// The limit last reported in an event.
+    reported: usize,
+}
+
+enum Algorithm {
+    Aimd(Aimd),
+    Vegas(Vegas),
+}
+
+impl Algorithm {
+    fn update(&mut self, sample: &Sample) -> usize {
+        match self {
+            Algorithm::Aimd(a) => a.update(sample),
+            Algorithm::Vegas(v) => v.update(sample),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Algorithm::Aimd(_) => "aimd",
+            Algorithm::Vegas(_) => "vegas",
+        }
+    }
+}
+
+/// Why a call was shed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shed {
+    Full,
+    QueueFull,
+    QueueTimeout,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // No code panics while holding these locks; if one ever did, the counts are still
+    // the best information there is.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<C> Limiter<C> {
+    pub(crate) fn new(
+        config: &ConcurrencyLimitConfig,
+        table: RouteTable<C>,
+        shares: &[f64],
+    ) -> Self {
+        let initial = config.initial_limit().max(1);
+        let adaptive = match config.limit() {
+            Limit::Fixed(_) => None,
+            Limit::Aimd(c) => Some(Algorithm::Aimd(Aimd::new(c))),
+            Limit::Vegas(c) => Some(Algorithm::Vegas(Vegas::new(c))),
+        };
+        let capacity = config
+            .queue()
+            .map_or(0, |q| q.max_waiters().min(PREALLOCATED_WAITERS));
+        let metrics = Metrics::new(config.name());
+        metrics.limit.set(initial as f64);
+        Limiter {
+            in_flight: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+            limit: AtomicUsize::new(initial),
+            name: Arc::clone(&config.name),
+            release: config.release(),
+            retry_after: config.retry_after(),
+            queue: config.queue().copied(),
+            table,
+            clock: Clock::new(),
+            partitioned: !shares.is_empty(),
+            shares: shares.into(),
+            log_step: config.log_step(),
+            slow: Mutex::new(Slow {
+                queue: Queue::with_capacity(capacity),
+                partition_in_flight: vec![0; shares.len()],
+                unlisted_in_flight: 0,
+                reserved: vec![0; shares.len()],
+            }),
+            adaptive: adaptive.map(|algorithm| {
+                Mutex::new(Adaptive {
+                    algorithm,
+                    reported: initial,
+                })
+            }),
+            metrics,
+        }
+    }
+
+    pub(crate) fn is_adaptive(&self) -> bool {
+        self.adaptive.is_some()
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Relaxed)
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Relaxed)
+    }
+
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed)
+    }
+
+    /// The error a shed call fails with; counts it.
+    pub(crate) fn shed(&self, why: Shed) -> Overloaded {
+        match why {
+            Shed::Full => self.metrics.rejected_full.increment(1),
+            Shed::QueueFull => self.metrics.rejected_queue_full.increment(1),
+            Shed::QueueTimeout => self.metrics.rejected_queue_timeout.increment(1),
+        }
+        Overloaded::new(self.limit(), self.retry_after)
+    }
+
+    /// Takes a permit if one is free and nobody is queued ahead. `None` when full.
+    #[inline]
+    pub(crate) fn try_acquire(self: &Arc<Self>, partition: Option<usize>) -> Option<Permit<C>> {
+        let in_flight = if self.partitioned {
+            let mut slow = lock(&self.slow);
+            if self.waiting.load(SeqCst) != 0 {
+                return None;
+            }
+            self.admit_locked(&mut slow, partition)?
+        } else {
+            if self.queue.is_some() && self.waiting.load(SeqCst) != 0 {
+                return None;
+            }
+            self.admit_counter()?
+        };
+        self.metrics.in_flight.increment(1.0);
+        Some(Permit {
+            limiter: Arc::clone(self),
+            partition,
+            in_flight,
+        })
+    }
+
+    /// One compare-and-swap: a slot below the limit, or `None`.
+    #[inline]
+    fn admit_counter(&self) -> Option<usize> {
+        let limit = self.limit.load(Relaxed);
+        let mut current = self.in_flight.load(Relaxed);
+        loop {
+            if current >= limit {
+                return None;
+            }
+            match self
+                .in_flight
+                .compare_exchange_weak(current, current + 1, SeqCst, Relaxed)
+            {
+                Ok(_) => return Some(current + 1),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Admits a call of `partition` if the limit and the partition rules allow it, counting
+    /// it; returns the calls in flight with it.
+    fn admit_locked(&self, slow: &mut Slow, partition: Option<usize>) -> Option<usize> {
+        if !self.partitioned {
+            return self.admit_counter();
+        }
+        let limit = self.limit.load(Relaxed);
+        if self.in_flight.load(SeqCst) >= limit {
+            return None;
+        }
+        let unreserved = reservations(limit, &self.shares, &mut slow.reserved);
+        let within_reservation =
+            partition.is_some_and(|i| slow.partition_in_flight[i] < slow.reserved[i]);
+        if !within_reservation {
+            let borrowed = slow.unlisted_in_flight
+                + slow
+                    .partition_in_flight
+                    .iter()
+                    .zip(&slow.reserved)
+                    .map(|(n, r)| n.saturating_sub(*r))
+                    .sum::<usize>();
+            if borrowed >= unreserved {
+                return None;
+            }
+        }
+        match partition {
+            Some(i) => slow.partition_in_flight[i] += 1,
+            None => slow.unlisted_in_flight += 1,
+        }
+        Some(self.in_flight.fetch_add(1, SeqCst) + 1)
+    }
+
+    /// Gives a permit back.
+    fn release(&self, partition: Option<usize>) {
+        self.metrics.in_flight.decrement(1.0);
+        if self.partitioned {
+            let mut slow = lock(&self.slow);
+            self.release_locked(&mut slow, partition);
+            return;
+        }
+        self.in_flight.fetch_sub(1, SeqCst);
+        // Pairs with the waiter's `waiting` increment before its own admission attempt:
+        // either it sees this slot free, or this sees it waiting.
+        if self.queue.is_some() && self.waiting.load(SeqCst) != 0 {
+            let mut slow = lock(&self.slow);
+            self.pump(&mut slow);
+        }
+    }
+
+    fn release_locked(&self, slow: &mut Slow, partition: Option<usize>) {
+        if self.partitioned {
+            match partition {
+                Some(i) => {
+                    slow.partition_in_flight[i] = slow.partition_in_flight[i].saturating_sub(1)
+                }
+                None => slow.unlisted_in_flight = slow.unlisted_in_flight.saturating_sub(1),
+            }
+        }
+        self.in_flight.fetch_sub(1, SeqCst);
+        if self.waiting.load(SeqCst) != 0 {
+            self.pump(slow);
+        }
+    }
+
+    /// Grants permits to waiters, first come first served among those that can be admitted.
+    fn pump(&self, slow: &mut Slow) {
+        let mut i = 0;
+        while i < slow.queue.order.len() {
+            let index = slow.queue.order[i];
+            let SlotState::Waiting { partition, .. } = slow.queue.slots[index].state else {
+                // Only waiting slots are in the order; skip anything else defensively.
+                slow.queue.order.remove(i);
+                continue;
+            };
+            match self.admit_locked(slow, partition) {
+                Some(in_flight) => {
+                    slow.queue.order.remove(i);
+                    self.waiting.fetch_sub(1, SeqCst);
+                    self.metrics.waiting.decrement(1.0);
+                    self.metrics.in_flight.increment(1.0);
+                    let slot = &mut slow.queue.slots[index];
+                    let previous = std::mem::replace(
+                        &mut slot.state,
+                        SlotState::Granted {
+                            partition,
+                            in_flight,
+                        },
+                    );
+                    if let SlotState::Waiting {
+                        waker: Some(waker), ..
+                    } = previous
+                    {
+                        waker.wake();
+                    }
+                }
+                // Unpartitioned: nobody behind can be admitted either.
+                None if !self.partitioned => break,
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Queues a call that found the limit full. `Err` when the queue is full.
+    pub(crate) fn enqueue(self: &Arc<Self>, partition: Option<usize>) -> Result<Ticket<C>, Shed> {
+        let Some(queue) = &self.queue else {
+            return Err(Shed::Full);
+        };
+        let mut slow = lock(&self.slow);
+        if slow.queue.order.len() >= queue.max_waiters() {
+            return Err(Shed::QueueFull);
+        }
+        let (index, generation) = slow.queue.insert(partition);
+        self.waiting.fetch_add(1, SeqCst);
+        self.metrics.waiting.increment(1.0);
+        // A permit may have come free between the failed attempt and now.
+        self.pump(&mut slow);
+        Ok(Ticket {
+            limiter: Arc::clone(self),
+            index,
+            generation,
+            done: false,
+        })
+    }
+
+    /// Whether the ticket's permit has been granted; registers `cx`'s waker if not.
+    fn poll_ticket(
+        self: &Arc<Self>,
+        ticket: &mut Ticket<C>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Permit<C>> {
+        let mut slow = lock(&self.slow);
+        let Some(slot) = slow.queue.get_mut(ticket.index, ticket.generation) else {
+            // Invariant: a live ticket owns its slot. Treat a lost one as never granted.
+            return Poll::Pending;
+        };
+        match &mut slot.state {
+            SlotState::Granted {
+                partition,
+                in_flight,
+            } => {
+                let permit = Permit {
+                    limiter: Arc::clone(self),
+                    partition: *partition,
+                    in_flight: *in_flight,
+                };
+                slow.queue.free(ticket.index);
+                ticket.done = true;
+                Poll::Ready(permit)
+            }
+            SlotState::Waiting { waker, .. } => {
+                match waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            SlotState::Free => Poll::Pending,
+        }
+    }
+
+    /// Withdraws a ticket: its permit if it was granted meanwhile, else `None`.
+    fn cancel(self: &Arc<Self>, ticket: &mut Ticket<C>) -> Option<Permit<C>> {
+        ticket.done = true;
+        let mut slow = lock(&self.slow);
+        let slot = slow.queue.get_mut(ticket.index, ticket.generation)?;
+        let state = std::mem::replace(&mut slot.state, SlotState::Free);
+        slow.queue.free(ticket.index);
+        match state {
+            SlotState::Granted {
+                partition,
+                in_flight,
+            } => Some(Permit {
+                limiter: Arc::clone(self),
+                partition,
+                in_flight,
+            }),
+            SlotState::Waiting { .. } => {
+                if let Some(pos) = slow.queue.order.iter().position(|&i| i == ticket.index) {
+                    slow.queue.order.remove(pos);
+                }
+                self.waiting.fetch_sub(1, SeqCst);
+                self.metrics.waiting.decrement(1.0);
+                None
+            }
+            SlotState::Free => None,
+        }
+    }
+
+    /// Feeds a finished call to the adaptive algorithm (nothing for a fixed limit).
+    pub(crate) fn record(&self, sample: Sample) {
+        let Some(adaptive) = &self.adaptive else {
+            return;
+        };
+        let (old, new) = {
+            let mut a = lock(adaptive);
+            let old = self.limit.load(Relaxed);
+            let new = a.algorithm.update(&sample);
+            if new != old {
+                self.limit.store(new, SeqCst);
+                self.metrics.limit.set(new as f64);
+                if new.abs_diff(a.reported) >= self.log_step {
+                    tracing::info!(
+                        target: observe::TARGET,
+                        limiter = %self.name,
+                        algorithm = a.algorithm.name(),
+                        from = a.reported,
+                        to = new,
+                        dropped = sample.dropped,
+                        latency_us = u64::try_from(sample.latency().as_micros()).unwrap_or(u64::MAX),
+                        in_flight = self.in_flight.load(Relaxed),
+                        "concurrency limit changed"
+                    );
+                    a.reported = new;
+                }
+            }
+            (old, new)
+        };
+        if new > old && self.waiting.load(SeqCst) != 0 {
+            let mut slow = lock(&self.slow);
+            self.pump(&mut slow);
+        }
+    }
+}
+
+impl<C: Classifier> Limiter<C> {
+    /// Feeds a classified call to the adaptive algorithm: ignored verdicts are not counted;
+    /// failures, and calls the route deems slow, are drops.
+    pub(crate) fn record_verdict(
+        &self,
+        meta: &CallMeta,
+        verdict: Verdict,
+        start: Nanos,
+        in_flight: usize,
+    ) {
+        if self.adaptive.is_none() || verdict.outcome() == Outcome::Ignored {
+            return;
+        }
+        let end = self.clock.now();
+        let route = self.table.route(meta.route());
+        let dropped = verdict.is_failure() || verdict.is_slow() || route.is_slow(end.since(start));
+        self.record(Sample {
+            start,
+            end,
+            in_flight,
+            dropped,
+        });
+    }
+}
+
+// === impl Permit ===
+
+/// One admitted call's slot. Dropping it gives the slot back.
+pub(crate) struct Permit<C> {
+    limiter: Arc<Limiter<C>>,
+    partition: Option<usize>,
+    in_flight: usize,
+}
+
+impl<C> Permit<C> {
+    pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
+        &self.limiter
+    }
+
+    /// Calls in flight when this one was admitted, itself included.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+}
+
+impl<C> fmt::Debug for Permit<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("limiter", &self.limiter.name)
+            .field("partition", &self.partition)
+            .finish()
+    }
+}
+
+impl<C> Drop for Permit<C> {
+    #[inline]
+    fn drop(&mut self) {
+        self.limiter.release(self.partition);
+    }
+}
+
+// === impl Ticket ===
+
+/// A place in the queue. Dropping it withdraws from the queue (or gives back a permit that
+/// was granted but not yet taken).
+pub(crate) struct Ticket<C> {
+    limiter: Arc<Limiter<C>>,
+    index: usize,
+    generation: u64,
+    done: bool,
+}
+
+impl<C> Ticket<C> {
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Permit<C>> {
+        let limiter = Arc::clone(&self.limiter);
+        limiter.poll_ticket(self, cx)
+    }
+
+    /// Withdraws; returns the permit if it was granted in the meantime.
+    pub(crate) fn cancel(&mut self) -> Option<Permit<C>> {
+        if self.done {
+            return None;
+        }
+        let limiter = Arc::clone(&self.limiter);
+        limiter.cancel(self)
+    }
+
+    pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
+        &self.limiter
+    }
+}
+
+impl<C> fmt::Debug for Ticket<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("limiter", &self.limiter.name)
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl<C> Drop for Ticket<C> {
+    fn drop(&mut self) {
+        // A granted permit that nobody took goes back (and on to the next waiter).
+        drop(self.cancel());
+    }
+}
+
+// === impl Queue ===
+
+/// Waiters in arrival order, in reusable slots.
+struct Queue {
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    order: VecDeque<usize>,
+    next_generation: u64,
+}
+
+struct Slot {
+    generation: u64,
+    state: SlotState,
+}
+
+enum SlotState {
+    Free,
+    Waiting {
+        waker: Option<Waker>,
+        partition: Option<usize>,
+    },
+    Granted {
+        partition: Option<usize>,
+        in_flight: usize,
+    },
+}
+
+impl Queue {
+    fn with_capacity(capacity: usize) -> Self {
+        Queue {
+            slots: Vec::with_capacity(capacity),
+            free: Vec::with_capacity(capacity),
+            order: VecDeque::with_capacity(capacity),
+            next_generation: 0,
+        }
+    }
+
+    fn insert(&mut self, partition: Option<usize>) -> (usize, u64) {
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let state = SlotState::Waiting {
+            waker: None,
+            partition,
+        };
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.slots[index] = Slot { generation, state };
+                index
+            }
+            None => {
+                self.slots.push(Slot { generation, state });
+                self.slots.len() - 1
+            }
+        };
+        self.order.push_back(index);
+        (index, generation)
+    }
+
+    fn get_mut(&mut self, index: usize, generation: u64) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(index)
+            .filter(|s| s.generation == generation && !matches!(s.state, SlotState::Free))
+    }
+
+    fn free(&mut self, index: usize) {
+        if let Some(slot) = self.slots.get_mut(index) {
+            slot.state = SlotState::Free;
+            slot.generation = 0;
+            self.free.push(index);
+        }
+    }
+}
+
+/// What operators and tests can read of a limit, whatever its classifier type.
+pub(crate) trait Observe: Send + Sync + fmt::Debug {
+    fn name(&self) -> &str;
+    fn limit(&self) -> usize;
+    fn in_flight(&self) -> usize;
+    fn waiting(&self) -> usize;
+}
+
+impl<C: Send + Sync> Observe for Limiter<C> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn limit(&self) -> usize {
+        Limiter::limit(self)
+    }
+    fn in_flight(&self) -> usize {
+        Limiter::in_flight(self)
+    }
+    fn waiting(&self) -> usize {
+        Limiter::waiting(self)
+    }
+}

@@ -1,0 +1,126 @@
+//! The service: admits each call in `call`, never in `poll_ready`.
+
+use crate::body::ResponseBody;
+use crate::future::ResponseFuture;
+use crate::limiter::Limiter;
+use crate::observe::LimitHandle;
+use crate::partition::{Partitioner, Unpartitioned};
+use fusebox_classify::{BoxError, Classifier, Nanos, StandardClassifier};
+use http::{Request, Response};
+use http_body::Body;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// A concurrency limit around `S`, built by
+/// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer); see the [crate docs](crate).
+///
+/// `poll_ready` is the inner service's own; admission happens in `call`: a call that finds
+/// the limit full is shed with [`Overloaded`](crate::Overloaded) or waits in the bounded
+/// queue inside its response future. Waiting needs the inner service after `call` has
+/// returned, which is why `S: Clone`: the ready inner service travels with the queued
+/// request, and this service keeps a fresh clone that the next `poll_ready` drives.
+pub struct ConcurrencyLimit<S, C = StandardClassifier, P = Unpartitioned> {
+    inner: S,
+    limiter: Arc<Limiter<C>>,
+    partitioner: P,
+}
+
+impl<S, C, P> ConcurrencyLimit<S, C, P> {
+    pub(crate) fn new(inner: S, limiter: Arc<Limiter<C>>, partitioner: P) -> Self {
+        ConcurrencyLimit {
+            inner,
+            limiter,
+            partitioner,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// A read-only view of the limit this service shares with its layer.
+    pub fn handle(&self) -> LimitHandle
+    where
+        C: Send + Sync + 'static,
+    {
+        LimitHandle::new(self.limiter.clone())
+    }
+}
+
+impl<S: Clone, C, P: Clone> Clone for ConcurrencyLimit<S, C, P> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimit {
+            inner: self.inner.clone(),
+            limiter: Arc::clone(&self.limiter),
+            partitioner: self.partitioner.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C, P> fmt::Debug for ConcurrencyLimit<S, C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimit")
+            .field("inner", &self.inner)
+            .field("limiter", &self.limiter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, P, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, C, P>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S::Error: Into<BoxError>,
+    ResB: Body,
+    C: Classifier,
+    P: Partitioner<ReqB>,
+{
+    type Response = Response<ResponseBody<ResB, C>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, ReqB, C>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let limiter = &self.limiter;
+        let partition = self.partitioner.partition(&request);
+        let meta = if limiter.is_adaptive() {
+            Some(limiter.table.meta(&request))
+        } else {
+            None
+        };
+        if let Some(permit) = limiter.try_acquire(partition) {
+            let start = if meta.is_some() {
+                limiter.clock.now()
+            } else {
+                Nanos::ZERO
+            };
+            return ResponseFuture::called(self.inner.call(request), permit, meta, start);
+        }
+        match limiter.enqueue(partition) {
+            Ok(ticket) => {
+                let max_wait = limiter.queue.map(|q| q.max_wait()).unwrap_or_default();
+                let deadline = tokio::time::Instant::now() + max_wait;
+                let fresh = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, fresh);
+                ResponseFuture::queued(ticket, deadline, ready, request, meta)
+            }
+            Err(why) => ResponseFuture::shed(limiter.shed(why)),
+        }
+    }
+}
