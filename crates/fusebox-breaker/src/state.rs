@@ -152,7 +152,8 @@ pub struct Transition {
     pub reason: Reason,
     /// The generation entered.
     pub generation: u64,
-    /// The window's totals when it happened.
+    /// The window's totals as the breaker enters `to`: for a transition to CLOSED that
+    /// clears the window (a reset, or [`OnClose::Clear`]), the empty window.
     pub window: WindowTotals,
     /// For a transition to OPEN: the whole open wait, jitter included.
     pub open_for: Option<Duration>,
@@ -551,11 +552,12 @@ impl Machine {
     }
 
     fn enter_closed(&mut self, reason: Reason, now: Nanos) -> Transition {
-        let clear = reason == Reason::Reset || self.cfg.on_close == OnClose::Clear;
-        let t = self.move_to(State::Closed, reason, now, None, None);
-        if clear {
+        // Clear before moving, so that the transition (and the rate gauges it sets) carries
+        // the window the breaker now judges by, not the outage it has just left behind.
+        if reason == Reason::Reset || self.cfg.on_close == OnClose::Clear {
             self.window.clear();
         }
+        let t = self.move_to(State::Closed, reason, now, None, None);
         self.trips = 0;
         self.consecutive = 0;
         self.would_open = false;

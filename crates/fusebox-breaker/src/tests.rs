@@ -618,3 +618,63 @@ fn concurrent_threads_never_exceed_the_probe_budget() {
         assert!(*max <= 3, "generation {generation}: {max} probes at once");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn closing_publishes_the_cleared_window_not_the_outage() {
+    // Regression: the HALF_OPEN -> CLOSED transition carried the window from before the
+    // clear, so the rate gauges were set to the outage's rates on closing and stayed there
+    // while the breaker was healthy (fast successes do not update them).
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let layer = metrics::with_local_recorder(&recorder, || {
+        CircuitBreakerLayer::new(config().build().unwrap())
+    });
+    let handle = layer.handle();
+    let mut events = handle.subscribe();
+    let dep = Dep::new(503);
+    let mut svc = layer.layer(dep.clone());
+    for _ in 0..4 {
+        send(&mut svc, "/").await.unwrap();
+    }
+    assert_eq!(handle.state(), State::Open);
+    dep.set(200);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    for _ in 0..2 {
+        send(&mut svc, "/").await.unwrap();
+    }
+    assert_eq!(handle.state(), State::Closed);
+    for _ in 0..20 {
+        send(&mut svc, "/").await.unwrap();
+    }
+
+    let mut closing = None;
+    while let Ok(event) = events.try_recv() {
+        if let EventKind::Transition(t) = event.kind
+            && t.to == State::Closed
+        {
+            closing = Some(t);
+        }
+    }
+    let closing = closing.expect("a closing transition");
+    assert_eq!(closing.reason, Reason::ProbesSucceeded);
+    assert_eq!(
+        closing.window,
+        WindowTotals::default(),
+        "the window it closed with"
+    );
+    let gauge = |name: &str| {
+        snapshotter
+            .snapshot()
+            .into_hashmap()
+            .into_iter()
+            .find(|(k, _)| k.key().name() == name)
+            .map(|(_, (_, _, v))| match v {
+                DebugValue::Gauge(g) => g.into_inner(),
+                other => panic!("{name} is not a gauge: {other:?}"),
+            })
+    };
+    assert_eq!(gauge("fusebox_breaker_failure_rate"), Some(0.0));
+    assert_eq!(gauge("fusebox_breaker_slow_call_rate"), Some(0.0));
+    assert_eq!(gauge("fusebox_breaker_state"), Some(0.0));
+}
