@@ -304,3 +304,12 @@ pub fn get(url: &str) -> Request<Full<Bytes>> {
         .body(Full::new(Bytes::new()))
         .expect("a valid URL")
 }
+
+/// An address on 127.0.0.1 where nothing listens (a port bound and released at once), for
+/// drills of a dependency that refuses connections.
+pub async fn closed_port() -> SocketAddr {
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("bound address")
+}
