@@ -401,8 +401,8 @@ async fn drill_503s_open_it_and_half_open_admits_exactly_the_probe_budget() {
         assert!(open.is_half_open(), "rejected because the probes are taken");
         assert_eq!(
             open.retry_after(),
-            Duration::from_secs(30),
-            "until half-open gives up on its probes"
+            fusebox_breaker::state::HALF_OPEN_RETRY_HINT,
+            "a short hint: the probes may close the breaker at any moment"
         );
     }
     assert_eq!(server.received(), 5 + PROBES, "exactly the probe budget");

@@ -245,6 +245,10 @@ pub struct Snapshot {
     pub would_open: bool,
 }
 
+/// The retry hint given to calls rejected while half-open (at most this; less when
+/// `max_half_open_wait` ends sooner).
+pub const HALF_OPEN_RETRY_HINT: Duration = Duration::from_secs(1);
+
 /// What recording a result did.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Effect {
@@ -369,9 +373,15 @@ impl Machine {
             self.probes_admitted += 1;
             (Ok(self.permit(PermitKind::Probe)), moved)
         } else {
+            // Probes are in flight and may close the breaker at any moment: a short hint,
+            // never longer than half-open can last.
             let retry_after = match self.cfg.max_half_open_wait {
-                Some(max) => self.half_open_since.plus(max).since(now),
-                None => self.cfg.open_wait,
+                Some(max) => self
+                    .half_open_since
+                    .plus(max)
+                    .since(now)
+                    .min(HALF_OPEN_RETRY_HINT),
+                None => HALF_OPEN_RETRY_HINT,
             };
             (
                 Err(Rejected {

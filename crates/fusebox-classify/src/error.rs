@@ -49,7 +49,9 @@ impl CircuitOpen {
         self.key.as_deref()
     }
 
-    /// How long until the breaker lets a call through again (zero while half-open).
+    /// How long until the breaker may let a call through again. While half-open (probes in
+    /// flight, see [`is_half_open`](CircuitOpen::is_half_open)) this is a short hint: the
+    /// probes may close the breaker at any moment.
     pub fn retry_after(&self) -> Duration {
         self.retry_after
     }
