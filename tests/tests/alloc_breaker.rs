@@ -1,0 +1,182 @@
+//! A healthy call through fusebox's circuit breaker allocates nothing.
+//!
+//! Its own test binary, because it installs a counting global allocator: stats_alloc's
+//! `StatsAlloc` wrapping `System` (the workspace forbids `unsafe`, which a hand-written
+//! `GlobalAlloc` needs). Counting is armed only inside a `Region`, around the measured calls;
+//! everything is one `#[test]` so that no other test allocates on another thread meanwhile.
+//! The calls run on a current-thread runtime on this thread. After a warm-up — which fills
+//! the breaker's count window (a full window of fast successes is what makes a success
+//! free to record) and lazily grown buffers such as the runtime's — every allocation made
+//! during the measured calls is a failure.
+
+use bytes::Bytes;
+use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State};
+use fusebox_classify::{Route, RouteTable};
+use http::{Request, Response};
+use http_body_util::Empty;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use std::alloc::System;
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::time::Duration;
+use tower::{Layer, Service, ServiceExt};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const CALLS: usize = 10_000;
+const WARM_UP: usize = 1_000;
+const WINDOW: u32 = 100;
+
+fn config() -> CircuitBreakerConfig {
+    CircuitBreakerConfig::builder("alloc")
+        .count_window(WINDOW)
+        .minimum_calls(WINDOW)
+        .failure_rate_threshold(50)
+        .slow_call_rate_threshold(50)
+        .build()
+        .expect("a valid breaker config")
+}
+
+/// Requests built before counting (building one is allocation-free too, but the test
+/// measures the breaker, not `http`).
+fn requests(n: usize) -> Vec<Request<()>> {
+    (0..n)
+        .map(|i| {
+            let builder = if i % 2 == 0 {
+                Request::get("/users/42")
+            } else {
+                Request::put("/users/42")
+            };
+            builder.body(()).expect("a valid request")
+        })
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
+fn ok() -> Response<Empty<Bytes>> {
+    Response::new(Empty::new())
+}
+
+async fn drive<S>(service: &mut S, requests: Vec<Request<()>>)
+where
+    S: Service<Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    for request in requests {
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(request)
+            .await
+            .expect("a healthy call");
+        black_box(response);
+    }
+}
+
+/// Warms `service` up, then asserts that `CALLS` more calls allocate nothing.
+fn assert_no_allocations<S>(rt: &tokio::runtime::Runtime, mut service: S, what: &str)
+where
+    S: Service<Request<()>>,
+    S::Error: std::fmt::Debug,
+{
+    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
+    rt.block_on(async {
+        drive(&mut service, warm_up).await;
+        let region = Region::new(GLOBAL);
+        drive(&mut service, measured).await;
+        let change = region.change();
+        assert_eq!(
+            (change.allocations, change.reallocations),
+            (0, 0),
+            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
+            change.allocations,
+            change.reallocations,
+            change.bytes_allocated,
+        );
+    });
+}
+
+#[test]
+fn closed_healthy_calls_allocate_nothing() {
+    let rt = runtime();
+    let _guard = rt.enter();
+
+    // Count window, no slow-call threshold: the clock is never read.
+    let layer = CircuitBreakerLayer::new(config());
+    let handle = layer.handle();
+    let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+    assert_no_allocations(&rt, layer.layer(ready), "count window");
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().window.calls, WINDOW, "the window is full");
+
+    // Count window with slow-call tracking: two clock reads per call, still nothing on
+    // the heap.
+    let layer = CircuitBreakerLayer::builder(config())
+        .routes(RouteTable::single(
+            Route::default().slow_call_duration(Duration::from_secs(1)),
+        ))
+        .build();
+    let handle = layer.handle();
+    let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+    assert_no_allocations(&rt, layer.layer(ready), "count window, slow-call tracking");
+    assert_eq!(handle.state(), State::Closed);
+    assert_eq!(handle.snapshot().window.slow, 0);
+
+    // An inner call that is pending once (it goes through the scheduler) allocates nothing
+    // either.
+    let layer = CircuitBreakerLayer::new(config());
+    let pending_once = tower::service_fn(|_: Request<()>| async {
+        tokio::task::yield_now().await;
+        Ok::<_, Infallible>(ok())
+    });
+    assert_no_allocations(&rt, layer.layer(pending_once), "inner service pending once");
+
+    // The counter really counts: an allocation inside an armed region is seen...
+    let region = Region::new(GLOBAL);
+    black_box(Box::new(black_box(7_u64)));
+    assert!(
+        region.change().allocations >= 1,
+        "the counting allocator must see a Box made while armed"
+    );
+
+    // ...the helper fails when a call allocates (here: an inner service that boxes)...
+    let layer = CircuitBreakerLayer::new(config());
+    let boxing = tower::service_fn(|_: Request<()>| async {
+        black_box(Box::new(black_box([0_u8; 64])));
+        Ok::<_, Infallible>(ok())
+    });
+    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_no_allocations(&rt, layer.layer(boxing), "an allocating inner service")
+    }));
+    assert!(
+        failed.is_err(),
+        "an allocation per call must fail the zero-allocation check"
+    );
+
+    // ...and so is one on the breaker's own path: a rejection while forced open boxes its
+    // `CircuitOpen` error, and the helper above would fail on it.
+    let layer = CircuitBreakerLayer::new(config());
+    layer.handle().force_open();
+    let mut open = layer.layer(tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(ok())
+    }));
+    rt.block_on(async {
+        let request = Request::get("/users/42").body(()).expect("a request");
+        let region = Region::new(GLOBAL);
+        let result = open.ready().await.expect("ready").call(request).await;
+        let allocations = region.change().allocations;
+        assert!(result.is_err(), "a forced-open breaker rejects");
+        assert!(
+            allocations >= 1,
+            "a rejection allocates its boxed error, and the counter sees it"
+        );
+    });
+}
