@@ -1,0 +1,268 @@
+//! One scope's background task: everything that waits on Redis so that the request path
+//! never does.
+//!
+//! It polls the fleet state (every `poll_interval`, or at once when pub/sub reconnected),
+//! flushes the batch (`flush_interval` after its first outcome, or at once when it fills
+//! up), claims probe leases when calls want them (and when an OPEN wait ends after calls
+//! were rejected), gives back leases left unused, asks Redis to apply a half-open timeout
+//! that is due, carries out operators' orders, and — while Redis is away — tries it again
+//! every `retry_interval` and resynchronises when it answers. It stops when its store is
+//! dropped.
+
+use crate::batch::tag;
+use crate::script::Op;
+use crate::store::{Lease, Shared};
+use fusebox_breaker::State;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+struct Timers {
+    next_poll: Instant,
+    next_retry: Instant,
+    flush_at: Option<Instant>,
+    next_claim: Instant,
+    next_deadline_check: Instant,
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
+    shared.backend.subscribe(&shared);
+    let now = Instant::now();
+    let mut t = Timers {
+        next_poll: now,
+        next_retry: now,
+        flush_at: None,
+        next_claim: now,
+        next_deadline_check: now,
+    };
+    loop {
+        step(&shared, &mut t).await;
+        let wake = next_wake(&shared, &t);
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            () = shared.notify.notified() => {}
+            () = tokio::time::sleep_until(wake) => {}
+        }
+    }
+    shared.backend.unsubscribe(&shared);
+}
+
+fn lease_hold(shared: &Shared) -> Duration {
+    let c = &shared.backend.config;
+    c.poll_interval.min(c.probe_lease / 2)
+}
+
+fn next_wake(s: &Shared, t: &Timers) -> Instant {
+    let cfg = &s.backend.config;
+    if !s.is_healthy() || !s.is_synced() {
+        return t.next_retry;
+    }
+    let mut wake = t.next_poll;
+    if let Some(f) = t.flush_at {
+        wake = wake.min(f);
+    } else if !s.batch.is_empty() {
+        wake = wake.min(Instant::now() + cfg.flush_interval);
+    }
+    let clock = s.spec.clock;
+    let v = s.view();
+    match v.state {
+        State::Open if s.demand.load(Ordering::Relaxed) => {
+            wake = wake.min(clock.instant(v.open_until).max(t.next_claim));
+        }
+        State::HalfOpen => {
+            if let Some(until) = v.half_open_until {
+                wake = wake.min(clock.instant(until).max(t.next_deadline_check));
+            }
+            if let Some(oldest) = v.leases.iter().filter(|l| !l.in_use).map(|l| l.claimed).min() {
+                wake = wake.min(clock.instant(oldest) + lease_hold(s));
+            }
+            if s.want_lease.load(Ordering::Relaxed) {
+                wake = wake.min(t.next_claim);
+            }
+        }
+        _ => {}
+    }
+    wake
+}
+
+async fn step(s: &Arc<Shared>, t: &mut Timers) {
+    let cfg = &s.backend.config;
+    let now = Instant::now();
+    if !s.is_healthy() || !s.is_synced() {
+        if now < t.next_retry {
+            return;
+        }
+        t.next_retry = now + cfg.retry_interval;
+        if let Some(reply) = s.call(&Op::Sync).await {
+            s.resync(reply).await;
+            t.next_poll = Instant::now() + cfg.poll_interval;
+            s.notify.notify_one(); // carry on with the rest at once
+        }
+        return;
+    }
+
+    // An operator's order.
+    let pending = s.pending.lock().ok().and_then(|mut p| p.take());
+    if let Some(command) = pending {
+        match s.call(&Op::Command(command)).await {
+            Some(reply) => s.apply_now(&reply),
+            None => {
+                if let Ok(mut p) = s.pending.lock() {
+                    p.get_or_insert(command);
+                }
+                return;
+            }
+        }
+    }
+
+    // The fleet state, re-read.
+    if s.poll_now.swap(false, Ordering::Relaxed) || now >= t.next_poll {
+        t.next_poll = now + cfg.poll_interval;
+        match s.call(&Op::Sync).await {
+            Some(reply) => s.apply_now(&reply),
+            None => return,
+        }
+    }
+
+    // The batch.
+    if s.batch.is_empty() {
+        t.flush_at = None;
+    } else {
+        let due = *t.flush_at.get_or_insert(now + cfg.flush_interval);
+        if s.flush_now.swap(false, Ordering::Relaxed) || now >= due {
+            t.flush_at = None;
+            if !flush(s).await {
+                return;
+            }
+        }
+    }
+
+    // Half-open: a timeout that is due is Redis's to apply.
+    let (state, open_over, half_open_over) = {
+        let v = s.view();
+        let local_now = s.spec.clock.now();
+        (
+            v.state,
+            local_now >= v.open_until,
+            v.half_open_until.is_some_and(|u| local_now >= u),
+        )
+    };
+    if state == State::HalfOpen && half_open_over && now >= t.next_deadline_check {
+        t.next_deadline_check = now + cfg.retry_interval;
+        match s.call(&Op::Sync).await {
+            Some(reply) => s.apply_now(&reply),
+            None => return,
+        }
+    }
+
+    // Probe leases: claim one when calls want it, give back those left unused.
+    let wanted = match state {
+        State::HalfOpen => s.want_lease.load(Ordering::Relaxed),
+        State::Open => {
+            open_over
+                && (s.want_lease.load(Ordering::Relaxed) || s.demand.load(Ordering::Relaxed))
+        }
+        _ => {
+            s.want_lease.store(false, Ordering::Relaxed);
+            s.demand.store(false, Ordering::Relaxed);
+            false
+        }
+    };
+    if wanted && now >= t.next_claim && !claim(s, t).await {
+        return;
+    }
+    let idle: Vec<Lease> = {
+        let mut v = s.view();
+        let local_now = s.spec.clock.now();
+        let hold = lease_hold(s);
+        let mut idle = Vec::new();
+        v.leases.retain(|l| {
+            let keep = l.in_use || local_now.since(l.claimed) < hold;
+            if !keep {
+                idle.push(l.clone());
+            }
+            keep
+        });
+        idle
+    };
+    for lease in idle {
+        s.spawn_release(lease);
+    }
+}
+
+/// Sends the batch. False when Redis did not answer.
+async fn flush(s: &Arc<Shared>) -> bool {
+    let (epoch, stamp, counts, trailing) = {
+        // Under the view's lock, so that the batch is re-stamped with the epoch the view
+        // holds and no other.
+        let v = s.view();
+        let (stamp, counts, trailing) = s.batch.take(v.epoch);
+        (v.epoch, stamp, counts, trailing)
+    };
+    if counts.calls == 0 || stamp != tag(epoch) {
+        return true; // nothing, or outcomes of an epoch the fleet has left
+    }
+    let op = Op::Batch {
+        epoch,
+        calls: counts.calls,
+        failures: counts.failures,
+        slow: counts.slow,
+        trailing_failures: trailing.min(counts.failures),
+    };
+    match s.call(&op).await {
+        Some(reply) => {
+            s.apply_now(&reply);
+            true
+        }
+        None => {
+            s.count_dropped(u64::from(counts.calls));
+            false
+        }
+    }
+}
+
+/// Claims one probe lease. False when Redis did not answer.
+async fn claim(s: &Arc<Shared>, t: &mut Timers) -> bool {
+    let cfg = &s.backend.config;
+    {
+        let v = s.view();
+        let probes = s.spec.config.permitted_probes() as usize;
+        if v.leases.iter().any(|l| !l.in_use) || v.leases.len() >= probes {
+            s.want_lease.store(false, Ordering::Relaxed);
+            return true;
+        }
+    }
+    s.want_lease.store(false, Ordering::Relaxed);
+    s.demand.store(false, Ordering::Relaxed);
+    let token = s.backend.token();
+    let op = Op::Claim {
+        token: token.clone(),
+        lease: cfg.probe_lease,
+    };
+    let Some(reply) = s.call(&op).await else {
+        return false;
+    };
+    s.apply_now(&reply);
+    if !reply.applied {
+        // The fleet's probes are all out: ask again later, not on every rejected call.
+        t.next_claim = Instant::now() + cfg.retry_interval;
+        return true;
+    }
+    let lease = Lease {
+        token,
+        epoch: reply.epoch,
+        claimed: s.spec.clock.now(),
+        in_use: false,
+    };
+    let mut v = s.view();
+    if v.state == State::HalfOpen && v.epoch == reply.epoch {
+        v.leases.push(lease);
+    } else {
+        drop(v);
+        s.spawn_release(lease);
+    }
+    true
+}
