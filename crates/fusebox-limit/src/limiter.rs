@@ -169,6 +169,24 @@ impl<C> Limiter<C> {
         self.waiting.load(Relaxed)
     }
 
+    /// Sets a fixed limit to `limit` (at least 1) and admits waiters it makes room for.
+    /// Returns `false`, changing nothing, for an adaptive limit: its algorithm owns the value.
+    pub(crate) fn set_limit(&self, limit: usize) -> bool {
+        if self.adaptive.is_some() {
+            return false;
+        }
+        let limit = limit.max(1);
+        let old = self.limit.swap(limit, SeqCst);
+        if old != limit {
+            self.metrics.limit.set(limit as f64);
+        }
+        if limit > old && self.waiting.load(SeqCst) != 0 {
+            let mut slow = lock(&self.slow);
+            self.pump(&mut slow);
+        }
+        true
+    }
+
     /// The error a shed call fails with; counts it.
     pub(crate) fn shed(&self, why: Shed) -> Overloaded {
         match why {
@@ -632,6 +650,7 @@ pub(crate) trait Observe: Send + Sync + fmt::Debug {
     fn limit(&self) -> usize;
     fn in_flight(&self) -> usize;
     fn waiting(&self) -> usize;
+    fn set_limit(&self, limit: usize) -> bool;
 }
 
 impl<C: Send + Sync> Observe for Limiter<C> {
@@ -646,5 +665,8 @@ impl<C: Send + Sync> Observe for Limiter<C> {
     }
     fn waiting(&self) -> usize {
         Limiter::waiting(self)
+    }
+    fn set_limit(&self, limit: usize) -> bool {
+        Limiter::set_limit(self, limit)
     }
 }

@@ -57,8 +57,8 @@ impl Metrics {
     }
 }
 
-/// A read-only view of a limit, shared with the layer it came from: for dashboards, health
-/// checks and tests. Cheap to clone.
+/// A view of a limit, shared with the layer it came from: for dashboards, health checks
+/// and tests, and [`set_limit`](LimitHandle::set_limit) for a fixed limit. Cheap to clone.
 #[derive(Clone)]
 pub struct LimitHandle {
     inner: Arc<dyn Observe>,
@@ -87,6 +87,27 @@ impl LimitHandle {
     /// Calls waiting in the queue now.
     pub fn waiting(&self) -> usize {
         self.inner.waiting()
+    }
+
+    /// Sets a **fixed** limit to `limit` (at least 1) from now on, for every service of
+    /// the layer; waiters it makes room for are admitted at once. Calls already in flight
+    /// keep their permits: lowering the limit below them only delays new admissions.
+    ///
+    /// Returns `false` and changes nothing for an adaptive limit, whose algorithm owns
+    /// the value. This is how the `fusebox` facade's recovery ramp grows a limit after a
+    /// circuit breaker closes.
+    ///
+    /// ```
+    /// use fusebox_limit::{ConcurrencyLimitConfig, ConcurrencyLimitLayer};
+    ///
+    /// let layer = ConcurrencyLimitLayer::new(ConcurrencyLimitConfig::builder().max_concurrency(64).build()?);
+    /// let handle = layer.handle();
+    /// assert!(handle.set_limit(4));
+    /// assert_eq!(handle.limit(), 4);
+    /// # Ok::<(), fusebox_limit::ConfigError>(())
+    /// ```
+    pub fn set_limit(&self, limit: usize) -> bool {
+        self.inner.set_limit(limit)
     }
 }
 
