@@ -1,4 +1,4 @@
-//! The response body of a [`Timeout`](crate::Timeout): a passthrough, or a body with a
+//! The response body of a [`BodyTimeout`](crate::BodyTimeout): a passthrough, or a body with a
 //! timer that ends the stream with an [`Elapsed`] error when it fires.
 //!
 //! The timeout to the response headers says nothing about a body that streams for minutes,
@@ -18,7 +18,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::time::Sleep;
 
-/// The response body of a [`Timeout`](crate::Timeout) service.
+/// The response body of a [`BodyTimeout`](crate::BodyTimeout) service.
 ///
 /// Without a body timeout (and without a caller's deadline) it only forwards frames. With
 /// one, it ends the stream with an [`Elapsed`] error (a [`BoxError`]) once the time is up;
@@ -45,6 +45,7 @@ struct BodyTimer {
 
 impl<B> TimeoutBody<B> {
     /// A body without a timer.
+    #[inline]
     pub fn passthrough(inner: B) -> Self {
         TimeoutBody {
             inner,

@@ -15,12 +15,14 @@ use std::time::Duration;
 /// timeout of Envoy.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// How a [`TimeoutLayer`](crate::TimeoutLayer) bounds calls.
+/// How a [`TimeoutLayer`](crate::TimeoutLayer) (and its
+/// [`BodyTimeoutLayer`](crate::BodyTimeoutLayer)) bound calls.
 ///
 /// - `default_timeout`: the timeout of routes that have none in the route table
 ///   (default [`DEFAULT_TIMEOUT`]).
-/// - `body_timeout`: how long a response body may take, from its headers to its end
-///   (default: unbounded, except by a caller's deadline).
+/// - `body_timeout`: how long a response body may take, from its headers to its end,
+///   enforced by the [`BodyTimeoutLayer`](crate::BodyTimeoutLayer) (default: unbounded,
+///   except by a caller's deadline).
 /// - `propagate_grpc_timeout`: when a request carries a
 ///   [`Deadline`](fusebox_classify::Deadline), send the remaining budget downstream in
 ///   `grpc-timeout` (default `true`).
@@ -128,7 +130,8 @@ impl TimeoutConfigBuilder {
     }
 
     /// Bounds how long a response body may take from its headers to its end (must be
-    /// greater than zero). When it fires, the body ends with an
+    /// greater than zero), in a [`BodyTimeoutLayer`](crate::BodyTimeoutLayer). When it
+    /// fires, the body ends with an
     /// [`Elapsed`](crate::error::Elapsed) error.
     pub fn body_timeout(mut self, timeout: Duration) -> Self {
         self.body_timeout = Some(timeout);

@@ -1,4 +1,5 @@
-//! The response future of a [`Timeout`](crate::Timeout).
+//! The response futures: [`ResponseFuture`] of [`Timeout`](crate::Timeout) and
+//! [`BodyFuture`] of [`BodyTimeout`](crate::BodyTimeout).
 
 use crate::body::TimeoutBody;
 use crate::telemetry::{self, Phase};
@@ -14,11 +15,11 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 /// The response future of [`Timeout`](crate::Timeout): the inner call raced against its
-/// timer, then the response body wrapped in a [`TimeoutBody`].
+/// timer.
 ///
-/// Its timer is a [`Sleep`] pinned inside it: nothing is boxed. Fails with
-/// [`Elapsed`] when the timer fires first, and with [`DeadlineExceeded`] at once when the
-/// caller's deadline had passed before the call (the inner service was not called).
+/// Its timer is a [`Sleep`] pinned inside it: nothing is boxed. Fails with [`Elapsed`]
+/// when the timer fires first, and with [`DeadlineExceeded`] at once when the caller's
+/// deadline had passed before the call (the inner service was not called).
 #[pin_project]
 #[derive(Debug)]
 pub struct ResponseFuture<F> {
@@ -36,65 +37,37 @@ enum State<F> {
         sleep: Sleep,
         route: Arc<str>,
         limit: Duration,
-        body: BodyPlan,
     },
     Expired,
 }
 
-/// How the response body is to be bounded once the headers arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct BodyPlan {
-    /// The configured body timeout.
-    pub(crate) timeout: Option<Duration>,
-    /// The caller's deadline.
-    pub(crate) deadline: Option<Instant>,
-}
-
-impl BodyPlan {
-    /// No timer on the body.
-    pub(crate) fn is_unbounded(&self) -> bool {
-        self.timeout.is_none() && self.deadline.is_none()
-    }
-
-    /// The body's timer and its limit, starting now; `None` when the body is unbounded.
-    fn timer(&self) -> Option<(Sleep, Duration)> {
-        if self.is_unbounded() {
-            return None;
-        }
-        let now = Instant::now();
-        let by_timeout = self.timeout.and_then(|t| now.checked_add(t));
-        let until = match (by_timeout, self.deadline) {
-            (Some(a), Some(b)) => a.min(b),
-            (Some(a), None) => a,
-            (None, Some(b)) => b,
-            (None, None) => return None,
-        };
-        Some((
-            tokio::time::sleep_until(until),
-            until.saturating_duration_since(now),
-        ))
-    }
-}
-
 impl<F> ResponseFuture<F> {
-    pub(crate) fn running(
-        inner: F,
-        sleep: Sleep,
-        route: Arc<str>,
-        limit: Duration,
-        body: BodyPlan,
-    ) -> Self {
+    /// A call bounded by `timeout` from now (the timer is built in place).
+    #[inline]
+    pub(crate) fn new(inner: F, route: Arc<str>, timeout: Duration) -> Self {
         ResponseFuture {
             state: State::Running {
                 inner,
-                sleep,
+                sleep: tokio::time::sleep(timeout),
                 route,
-                limit,
-                body,
+                limit: timeout,
             },
         }
     }
 
+    /// A call bounded by a caller's deadline: its timer fires at `until`, `limit` from now.
+    pub(crate) fn until(inner: F, route: Arc<str>, until: Instant, limit: Duration) -> Self {
+        ResponseFuture {
+            state: State::Running {
+                inner,
+                sleep: tokio::time::sleep_until(until),
+                route,
+                limit,
+            },
+        }
+    }
+
+    /// A call refused because its deadline had passed.
     pub(crate) fn expired() -> Self {
         ResponseFuture {
             state: State::Expired,
@@ -102,12 +75,12 @@ impl<F> ResponseFuture<F> {
     }
 }
 
-impl<F, B, E> Future for ResponseFuture<F>
+impl<F, T, E> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<Response<B>, E>>,
+    F: Future<Output = Result<T, E>>,
     E: Into<BoxError>,
 {
-    type Output = Result<Response<TimeoutBody<B>>, BoxError>;
+    type Output = Result<T, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
@@ -116,18 +89,12 @@ where
                 sleep,
                 route,
                 limit,
-                body,
             } => {
                 // The call first, as tower's Timeout does: a response that is ready is
                 // returned even if the timer is due, and the timer is never registered
                 // with the driver for a call that completes on its first poll.
                 if let Poll::Ready(result) = inner.poll(cx) {
-                    let response = result.map_err(Into::into)?;
-                    return Poll::Ready(Ok(match body.timer() {
-                        None => response.map(TimeoutBody::passthrough),
-                        Some((sleep, limit)) => response
-                            .map(|b| TimeoutBody::with_timer(b, sleep, Arc::clone(route), limit)),
-                    }));
+                    return Poll::Ready(result.map_err(Into::into));
                 }
                 ready!(sleep.poll(cx));
                 telemetry::elapsed(route, *limit, Phase::Headers);
@@ -135,5 +102,59 @@ where
             }
             StateProj::Expired => Poll::Ready(Err(Box::new(DeadlineExceeded::new()))),
         }
+    }
+}
+
+/// The response future of [`BodyTimeout`](crate::BodyTimeout): the inner call, then its
+/// response body wrapped in a [`TimeoutBody`] whose timer starts when the headers arrive.
+#[pin_project]
+#[derive(Debug)]
+pub struct BodyFuture<F> {
+    #[pin]
+    inner: F,
+    route: Arc<str>,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+}
+
+impl<F> BodyFuture<F> {
+    #[inline]
+    pub(crate) fn new(
+        inner: F,
+        route: Arc<str>,
+        timeout: Option<Duration>,
+        deadline: Option<Instant>,
+    ) -> Self {
+        BodyFuture {
+            inner,
+            route,
+            timeout,
+            deadline,
+        }
+    }
+}
+
+impl<F, B, E> Future for BodyFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<TimeoutBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = ready!(this.inner.poll(cx))?;
+        let now = Instant::now();
+        let by_timeout = this.timeout.and_then(|t| now.checked_add(t));
+        let until = match (by_timeout, *this.deadline) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return Poll::Ready(Ok(response.map(TimeoutBody::passthrough))),
+        };
+        let limit = until.saturating_duration_since(now);
+        let sleep = tokio::time::sleep_until(until);
+        let route = Arc::clone(this.route);
+        Poll::Ready(Ok(
+            response.map(|body| TimeoutBody::with_timer(body, sleep, route, limit))
+        ))
     }
 }

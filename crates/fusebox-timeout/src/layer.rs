@@ -2,7 +2,7 @@
 //! server's incoming requests.
 
 use crate::config::{DeadlineConfig, TimeoutConfig};
-use crate::service::{IncomingDeadline, Timeout};
+use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
 use fusebox_classify::{Classifier, RouteTable, StandardClassifier};
 use tower_layer::Layer;
 
@@ -35,6 +35,12 @@ impl<C: Classifier> TimeoutLayer<C> {
     pub fn config(&self) -> &TimeoutConfig {
         &self.config
     }
+
+    /// The layer that bounds response bodies with the same table and configuration
+    /// ([`TimeoutConfig::body_timeout`], and callers' deadlines).
+    pub fn body_layer(&self) -> BodyTimeoutLayer<C> {
+        BodyTimeoutLayer::new(self.routes.clone(), &self.config)
+    }
 }
 
 impl<S, C: Classifier> Layer<S> for TimeoutLayer<C> {
@@ -42,6 +48,48 @@ impl<S, C: Classifier> Layer<S> for TimeoutLayer<C> {
 
     fn layer(&self, inner: S) -> Self::Service {
         Timeout::new(inner, self.routes.clone(), self.config.clone())
+    }
+}
+
+/// Bounds how long response bodies may take, from the headers to the end of the stream:
+/// builds [`BodyTimeout`].
+///
+/// [`TimeoutLayer`] bounds the wait for the response *headers*; a body can then stream, or
+/// stall, for much longer. This layer wraps each response body in a
+/// [`TimeoutBody`](crate::TimeoutBody) whose timer runs until
+/// [`TimeoutConfig::body_timeout`] or the caller's
+/// [`Deadline`](fusebox_classify::Deadline), whichever comes first, and ends the stream
+/// with an [`Elapsed`](crate::error::Elapsed) error when it fires. It is a layer of its own
+/// (as tower-http separates its body timeouts) so that services that do not bound bodies
+/// keep their response type and pay nothing for it.
+#[derive(Debug, Clone)]
+pub struct BodyTimeoutLayer<C = StandardClassifier> {
+    routes: RouteTable<C>,
+    timeout: Option<std::time::Duration>,
+}
+
+impl<C: Classifier> BodyTimeoutLayer<C> {
+    /// A layer bounding bodies by `config`'s [`body_timeout`](TimeoutConfig::body_timeout)
+    /// (none: bodies are bounded only by callers' deadlines); `routes` names the route in
+    /// the error.
+    pub fn new(routes: RouteTable<C>, config: &TimeoutConfig) -> Self {
+        BodyTimeoutLayer {
+            routes,
+            timeout: config.body_timeout(),
+        }
+    }
+
+    /// The body timeout, if any.
+    pub fn timeout(&self) -> Option<std::time::Duration> {
+        self.timeout
+    }
+}
+
+impl<S, C: Classifier> Layer<S> for BodyTimeoutLayer<C> {
+    type Service = BodyTimeout<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BodyTimeout::new(inner, self.routes.clone(), self.timeout)
     }
 }
 

@@ -15,10 +15,12 @@
 //!   use [`TimeoutConfig::default_timeout`]. The error carries the route's name and the
 //!   limit.
 //! - **Streaming responses.** The timeout covers the wait for the response *headers*. A
-//!   response body can stream for much longer, or stall halfway; an optional
-//!   [`body_timeout`](TimeoutConfigBuilder::body_timeout) bounds it from the headers to its
-//!   end, and when it fires the body ends with an `Elapsed` error ([`TimeoutBody`]):
-//!   nothing waits forever on a stalled stream.
+//!   response body can stream for much longer, or stall halfway; [`BodyTimeoutLayer`]
+//!   bounds it from the headers to its end ([`TimeoutConfig::body_timeout`], and the
+//!   caller's deadline), and when its timer fires the body ends with an `Elapsed` error
+//!   ([`TimeoutBody`]): nothing waits forever on a stalled stream. It is a layer of its own,
+//!   as tower-http keeps its body timeouts apart, so that a stack that does not bound
+//!   bodies keeps its response type and pays nothing for it.
 //! - **Deadlines.** On a server, [`IncomingDeadlineLayer`] reads the caller's `grpc-timeout`
 //!   (and, if configured, a header of milliseconds such as `x-request-timeout-ms`) into a
 //!   [`Deadline`] in the request's extensions. A handler that
@@ -26,8 +28,9 @@
 //!   [`Timeout`] then waits for the *smaller* of the time left and the route's timeout,
 //!   writes that budget into the outbound `grpc-timeout` (and the configured header), and
 //!   fails at once with [`DeadlineExceeded`](error::DeadlineExceeded) — without calling the
-//!   inner service — when the deadline has already passed. A deadline also bounds the
-//!   response body. Malformed incoming values are ignored and counted, never an error.
+//!   inner service — when the deadline has already passed. Under a [`BodyTimeoutLayer`] a
+//!   deadline also bounds the response body. Malformed incoming values are ignored and
+//!   counted, never an error.
 //!
 //! ## Why two layers for deadlines
 //!
@@ -100,11 +103,13 @@
 //! `ServiceBuilder::new().layer(retry).layer(breaker).layer(limit).layer(timeout)`:
 //! `ServiceBuilder` wraps in the order written, the first layer outermost.
 //!
-//! The layer changes the response body type to [`TimeoutBody<B>`] (a passthrough when no
-//! body timer runs) and the error type to [`BoxError`](error::BoxError); it requires
-//! `S::Error: Into<BoxError>`, as tower's own `Timeout` does. `poll_ready` is the inner
-//! service's: the timer starts at `call`, so time spent waiting for readiness (a full
-//! concurrency limit) is the outer layers' to bound.
+//! [`TimeoutLayer`] keeps the inner service's response type and changes its error type to
+//! [`BoxError`](error::BoxError); it requires `S::Error: Into<BoxError>`, as tower's own
+//! `Timeout` does. [`BodyTimeoutLayer`], where used, goes right outside it
+//! (`.layer(timeout.body_layer()).layer(timeout)`) and changes the response body type to
+//! [`TimeoutBody<B>`]. `poll_ready` is the inner service's: the timer starts at `call`,
+//! so time spent waiting for readiness (a full concurrency limit) is the outer layers' to
+//! bound.
 //!
 //! # Observability
 //!
@@ -120,7 +125,8 @@
 //! route), looks once into the request's extensions, and allocates nothing: the timer is
 //! a `tokio::time::Sleep` pinned inside the response future, which is never registered
 //! with the timer wheel when the inner call is ready on its first poll. Only a call with a
-//! deadline formats headers.
+//! deadline formats headers. The body timer, where a [`BodyTimeoutLayer`] is used, is a
+//! `Sleep` pinned inside the body: no allocation either.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -137,8 +143,8 @@ pub use crate::body::TimeoutBody;
 pub use crate::config::{
     DEFAULT_TIMEOUT, DeadlineConfig, DeadlineConfigBuilder, TimeoutConfig, TimeoutConfigBuilder,
 };
-pub use crate::layer::{IncomingDeadlineLayer, TimeoutLayer};
-pub use crate::service::{IncomingDeadline, Timeout};
+pub use crate::layer::{BodyTimeoutLayer, IncomingDeadlineLayer, TimeoutLayer};
+pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
 pub use fusebox_classify::Deadline;
 
 #[cfg(test)]

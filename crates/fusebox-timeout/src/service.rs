@@ -3,7 +3,7 @@
 use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
-use crate::future::{BodyPlan, ResponseFuture};
+use crate::future::{BodyFuture, ResponseFuture};
 use crate::telemetry;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::{BoxError, Classifier, Deadline, RouteTable};
@@ -72,13 +72,13 @@ impl<S, C> Timeout<S, C> {
     }
 }
 
-impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for Timeout<S, C>
+impl<S, C, ReqBody> Service<Request<ReqBody>> for Timeout<S, C>
 where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S: Service<Request<ReqBody>>,
     S::Error: Into<BoxError>,
     C: Classifier,
 {
-    type Response = Response<TimeoutBody<ResBody>>;
+    type Response = S::Response;
     type Error = BoxError;
     type Future = ResponseFuture<S::Future>;
 
@@ -94,23 +94,11 @@ where
             .timeout_duration()
             .unwrap_or(self.config.default_timeout());
         let route = self.routes.shared_name(id);
-        let body_timeout = self.config.body_timeout();
 
         // An empty `Extensions` answers without hashing: no deadline costs one branch.
         let Some(deadline) = request.extensions().get::<Deadline>().copied() else {
-            // The healthy path: one clock read (inside `sleep`), as tower's Timeout.
-            let sleep = tokio::time::sleep(route_timeout);
-            let body = BodyPlan {
-                timeout: body_timeout,
-                deadline: None,
-            };
-            return ResponseFuture::running(
-                self.inner.call(request),
-                sleep,
-                route,
-                route_timeout,
-                body,
-            );
+            // The healthy path: one clock read (to start the timer), as tower's Timeout.
+            return ResponseFuture::new(self.inner.call(request), route, route_timeout);
         };
 
         let now = Instant::now();
@@ -124,14 +112,73 @@ where
                     self.propagate(request.headers_mut(), limit);
                 }
                 // `limit` is at most the time left, so `now + limit` cannot overflow.
-                let sleep = tokio::time::sleep_until(now + limit);
-                let body = BodyPlan {
-                    timeout: body_timeout,
-                    deadline: Some(deadline.instant()),
-                };
-                ResponseFuture::running(self.inner.call(request), sleep, route, limit, body)
+                ResponseFuture::until(self.inner.call(request), route, now + limit, limit)
             }
         }
+    }
+}
+
+/// Bounds how long each response body may take, from its headers to its end.
+///
+/// Built by [`BodyTimeoutLayer`](crate::BodyTimeoutLayer). The timer runs until the
+/// configured [`body_timeout`](TimeoutConfig::body_timeout) or the caller's [`Deadline`],
+/// whichever comes first; when it fires, the body ends with an
+/// [`Elapsed`](crate::error::Elapsed) error ([`TimeoutBody`]). A response with neither
+/// passes through with no timer. Adds no error of its own to the call.
+#[derive(Debug, Clone)]
+pub struct BodyTimeout<S, C> {
+    inner: S,
+    routes: RouteTable<C>,
+    timeout: Option<Duration>,
+}
+
+impl<S, C> BodyTimeout<S, C> {
+    /// Wraps `inner`; bodies may take `timeout` (or forever, with `None`, unless the
+    /// request carries a deadline).
+    pub fn new(inner: S, routes: RouteTable<C>, timeout: Option<Duration>) -> Self {
+        BodyTimeout {
+            inner,
+            routes,
+            timeout,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, C, ReqBody, ResBody> Service<Request<ReqBody>> for BodyTimeout<S, C>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    C: Classifier,
+{
+    type Response = Response<TimeoutBody<ResBody>>;
+    type Error = S::Error;
+    type Future = BodyFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let route = self.routes.shared_name(self.routes.resolve(&request));
+        let deadline = request
+            .extensions()
+            .get::<Deadline>()
+            .map(Deadline::instant);
+        BodyFuture::new(self.inner.call(request), route, self.timeout, deadline)
     }
 }
 

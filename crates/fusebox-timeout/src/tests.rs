@@ -2,7 +2,8 @@
 
 use crate::telemetry::{DEADLINE_EXCEEDED_TOTAL, ELAPSED_TOTAL, MALFORMED_DEADLINE_TOTAL};
 use crate::{
-    DeadlineConfig, IncomingDeadlineLayer, TimeoutBody, TimeoutConfig, TimeoutLayer,
+    BodyTimeoutLayer, DeadlineConfig, IncomingDeadlineLayer, TimeoutBody, TimeoutConfig,
+    TimeoutLayer,
     error::{BoxError, DeadlineExceeded, Elapsed},
 };
 use bytes::Bytes;
@@ -14,6 +15,8 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use std::time::Duration;
 use tokio::time::{Instant, advance};
 use tokio_test::{assert_pending, assert_ready, assert_ready_err, assert_ready_ok, task};
+use tower::ServiceBuilder;
+use tower::layer::util::{Identity, Stack};
 use tower_test::mock;
 
 type Req = Request<()>;
@@ -41,6 +44,16 @@ fn config() -> TimeoutConfig {
 
 fn layer() -> TimeoutLayer {
     TimeoutLayer::new(routes(), config())
+}
+
+/// A timeout with its body layer outside it, as a Policy stacks them.
+fn with_bodies(
+    config: TimeoutConfig,
+) -> ServiceBuilder<Stack<TimeoutLayer, Stack<BodyTimeoutLayer, Identity>>> {
+    let timeout = TimeoutLayer::new(routes(), config);
+    ServiceBuilder::new()
+        .layer(timeout.body_layer())
+        .layer(timeout)
 }
 
 fn get(path: &str) -> Req {
@@ -118,8 +131,7 @@ async fn each_route_gets_its_own_timeout() {
     advance(ms(150)).await;
     assert_pending!(slow.poll());
     slow_reply.send_response(done());
-    let response = assert_ready_ok!(slow.poll());
-    assert!(!response.body().has_timer());
+    assert_ready_ok!(slow.poll());
 }
 
 #[tokio::test(start_paused = true)]
@@ -188,8 +200,7 @@ async fn a_body_timeout_ends_the_stream_with_elapsed() {
         .body_timeout(ms(500))
         .build()
         .unwrap();
-    let (mut service, mut handle) =
-        mock::spawn_layer::<Req, Res, _>(TimeoutLayer::new(routes(), config));
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(with_bodies(config));
     assert_ready_ok!(service.poll_ready());
     let mut call = task::spawn(service.call(get("/fast")));
     let (_req, reply) = handle.next_request().await.unwrap();
@@ -233,8 +244,7 @@ async fn a_body_that_finishes_in_time_drops_its_timer() {
         .body_timeout(ms(500))
         .build()
         .unwrap();
-    let (mut service, mut handle) =
-        mock::spawn_layer::<Req, Res, _>(TimeoutLayer::new(routes(), config));
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(with_bodies(config));
     assert_ready_ok!(service.poll_ready());
     let mut call = task::spawn(service.call(get("/fast")));
     let (_req, reply) = handle.next_request().await.unwrap();
@@ -310,7 +320,7 @@ async fn without_a_deadline_no_header_is_written() {
 
 #[tokio::test(start_paused = true)]
 async fn a_deadline_also_bounds_the_response_body() {
-    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer());
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(with_bodies(config()));
     assert_ready_ok!(service.poll_ready());
     let mut call = task::spawn(service.call(with_deadline("/slow", Deadline::after(ms(250)))));
     let (_req, reply) = handle.next_request().await.unwrap();
@@ -326,6 +336,23 @@ async fn a_deadline_also_bounds_the_response_body() {
     let err = assert_ready!(next.poll()).unwrap().unwrap_err();
     assert_eq!(elapsed(&err).limit(), ms(200));
     drop(tx);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_body_timeout_or_deadline_bodies_pass_through() {
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(with_bodies(config()));
+    assert_ready_ok!(service.poll_ready());
+    let mut call = task::spawn(service.call(get("/fast")));
+    let (_req, reply) = handle.next_request().await.unwrap();
+    let (mut tx, body) = Channel::<Bytes>::new(1);
+    reply.send_response(Response::new(body));
+    let mut body = Box::pin(assert_ready_ok!(call.poll()).into_body());
+    assert!(!body.has_timer());
+    // An hour later the stream is still open, and still delivers.
+    advance(Duration::from_secs(3600)).await;
+    tx.send_data(Bytes::from_static(b"late")).await.unwrap();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "late");
 }
 
 #[tokio::test(start_paused = true)]
@@ -446,7 +473,6 @@ async fn malformed_grpc_timeouts_are_ignored_and_counted() {
 #[tokio::test(start_paused = true)]
 async fn incoming_deadline_then_timeout_bound_a_handler() {
     // On a server: the caller's 50 ms deadline bounds the handler, whose route allows 200.
-    use tower::ServiceBuilder;
     let stack = ServiceBuilder::new()
         .layer(IncomingDeadlineLayer::new())
         .layer(layer());
@@ -468,6 +494,11 @@ fn services_futures_and_bodies_are_send_and_static() {
     send_static::<Svc>();
     send_static::<crate::future::ResponseFuture<mock::future::ResponseFuture<Res>>>();
     send_static::<TimeoutBody<Channel<Bytes>>>();
+    send_static::<crate::BodyTimeout<Svc, fusebox_classify::StandardClassifier>>();
+    send_static::<
+        crate::future::BodyFuture<crate::future::ResponseFuture<mock::future::ResponseFuture<Res>>>,
+    >();
+    send_static::<BodyTimeoutLayer>();
     send_static::<crate::IncomingDeadline<mock::Mock<Req, Res>>>();
     send_static::<TimeoutLayer>();
     send_static::<IncomingDeadlineLayer>();
