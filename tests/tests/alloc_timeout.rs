@@ -45,6 +45,15 @@ fn layer() -> TimeoutLayer {
     TimeoutLayer::new(routes, config)
 }
 
+fn layer_with_body_timeout() -> TimeoutLayer {
+    let config = TimeoutConfig::builder()
+        .default_timeout(Duration::from_millis(250))
+        .body_timeout(Duration::from_secs(5))
+        .build()
+        .expect("a valid config");
+    TimeoutLayer::new(layer().routes().clone(), config)
+}
+
 /// Requests for every kind of route (matched with a parameter, matched by prefix, and
 /// unmatched), built before counting: building a request with a URI allocates.
 fn requests(n: usize) -> Vec<Request<()>> {
@@ -120,6 +129,15 @@ fn healthy_calls_without_a_deadline_allocate_nothing() {
         Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
     });
     assert_no_allocations(layer().layer(pending_once), "inner service pending once");
+
+    // With the body layer and a body timeout: the body's timer is a `Sleep` inside the
+    // body, started when the headers arrive; still nothing on the heap.
+    let bounded = layer_with_body_timeout();
+    let ready = tower::service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    let service = bounded.body_layer().layer(bounded.layer(ready));
+    assert_no_allocations(service, "timeout and body timeout");
 
     // The counter really counts: a call that carries a deadline formats headers.
     // (One test function: the counter is global, and tests in one binary run in parallel.)
