@@ -59,4 +59,38 @@ pub use fusebox_breaker::{BreakerHandle, CircuitBreakerConfig, CircuitBreakerLay
 pub use fusebox_timeout as timeout;
 #[cfg(feature = "timeout")]
 #[cfg_attr(docsrs, doc(cfg(feature = "timeout")))]
-pub use fusebox_timeout::TimeoutLayer;
+pub use fusebox_timeout::{TimeoutConfig, TimeoutLayer};
+
+/// The concurrency limit.
+#[cfg(feature = "limit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "limit")))]
+pub use fusebox_limit as limit;
+#[cfg(feature = "limit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "limit")))]
+pub use fusebox_limit::{ConcurrencyLimitConfig, ConcurrencyLimitLayer};
+
+/// The retry budget.
+#[cfg(feature = "retry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
+pub use fusebox_retry as retry;
+#[cfg(feature = "retry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
+pub use fusebox_retry::{RetryBudgetLayer, RetryConfig};
+
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod policy;
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub use crate::policy::{
+    Fallback, FallbackContext, FallbackReason, KeyBy, Policy, PolicyBody, PolicyBuilder,
+    PolicyService, RecoveryRamp,
+};
+
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod metrics;
+
+#[cfg(any(feature = "toml", feature = "yaml"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "toml", feature = "yaml"))))]
+pub mod config;

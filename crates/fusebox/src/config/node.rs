@@ -1,0 +1,154 @@
+//! A configuration file as a tree of plain values, whatever its format.
+//!
+//! TOML and YAML are both read into [`Node`]s (through serde's self-describing
+//! `deserialize_any`), and everything after that — inheritance, type checks, unknown keys,
+//! range checks — works on the tree. Reading the whole tree first, rather than deserializing
+//! straight into typed structs, is what lets fusebox report *every* problem of a file at
+//! once, each under its path: serde stops at the first.
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use std::fmt;
+
+/// One value of a configuration file.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Node {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    List(Vec<Node>),
+    /// Keys in file order.
+    Map(Vec<(String, Node)>),
+}
+
+impl Node {
+    /// What kind of value this is, for messages (`"a string"`, `"a table"`).
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Node::Null => "nothing",
+            Node::Bool(_) => "a boolean",
+            Node::Int(_) => "an integer",
+            Node::Float(_) => "a number",
+            Node::Str(_) => "a string",
+            Node::List(_) => "a list",
+            Node::Map(_) => "a table",
+        }
+    }
+
+    /// The entries of a map.
+    pub(crate) fn as_map(&self) -> Option<&[(String, Node)]> {
+        match self {
+            Node::Map(entries) => Some(entries),
+            _ => None,
+        }
+    }
+
+    /// The value under `key` of a map.
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
+        self.as_map()?
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The value, shown briefly in messages.
+    pub(crate) fn show(&self) -> String {
+        match self {
+            Node::Null => "nothing".into(),
+            Node::Bool(b) => b.to_string(),
+            Node::Int(i) => i.to_string(),
+            Node::Float(f) => f.to_string(),
+            Node::Str(s) => format!("{s:?}"),
+            Node::List(_) => "a list".into(),
+            Node::Map(_) => "a table".into(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        d.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a configuration value")
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Int(v.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Int(v.into()))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node, E> {
+        Ok(Node::Int(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+        Ok(Node::Float(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::Str(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Node, E> {
+        Ok(Node::Str(v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        Node::deserialize(d)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Node::List(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+        let mut entries: Vec<(String, Node)> = Vec::new();
+        while let Some(key) = map.next_key::<Node>()? {
+            let key = match key {
+                Node::Str(s) => s,
+                Node::Int(i) => i.to_string(),
+                Node::Bool(b) => b.to_string(),
+                other => {
+                    return Err(de::Error::custom(format!(
+                        "a key must be a string, got {}",
+                        other.kind()
+                    )));
+                }
+            };
+            let value: Node = map.next_value()?;
+            if entries.iter().any(|(k, _)| *k == key) {
+                return Err(de::Error::custom(format!("duplicate key `{key}`")));
+            }
+            entries.push((key, value));
+        }
+        Ok(Node::Map(entries))
+    }
+}

@@ -1,0 +1,284 @@
+use super::*;
+use bytes::Bytes;
+use fusebox_classify::{Call, Classified, Classifier, Outcome, RouteId};
+use fusebox_limit::Limit;
+use http::{HeaderMap, Method, StatusCode};
+
+const EXAMPLE_TOML: &str = include_str!("../../../../examples/fusebox.toml");
+const EXAMPLE_YAML: &str = include_str!("../../../../examples/fusebox.yaml");
+
+fn problems(e: &ConfigError) -> Vec<String> {
+    e.problems().iter().map(|p| p.to_string()).collect()
+}
+
+fn route_id(policy: &Policy, name: &str) -> RouteId {
+    policy
+        .routes()
+        .iter()
+        .find(|(_, n, _)| *n == name)
+        .map(|(id, _, _)| id)
+        .unwrap_or_else(|| panic!("no route {name}"))
+}
+
+fn outcome(policy: &Policy, route: &str, status: u16) -> Outcome {
+    let id = route_id(policy, route);
+    let call = Call::new(id, route, &Method::POST, false);
+    match policy.routes().route(id).classifier().classify_response(
+        &call,
+        StatusCode::from_u16(status).unwrap(),
+        &HeaderMap::new(),
+    ) {
+        Classified::Ready(v) => v.outcome(),
+        Classified::AtEndOfStream => panic!("decided by the status"),
+    }
+}
+
+fn fallback() -> Fallback {
+    Fallback::new(|_| http::Response::new(Bytes::from_static(b"rules v0")))
+}
+
+fn check_example(file: &PolicyFile) {
+    assert_eq!(
+        file.policy_names().collect::<Vec<_>>(),
+        ["fraud-eu", "inventory", "ledger"]
+    );
+
+    // fraud-eu: a route asks for a fallback, which only code can give.
+    let err = file.build("fraud-eu").unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "policies.fraud-eu.routes[\"GET /rules/{version}\"].fallback: asks for a fallback, but the policy has no fallback function (PolicyBuilder::fallback)"
+        ]
+    );
+    let fraud = file
+        .policy("fraud-eu")
+        .unwrap()
+        .fallback(fallback())
+        .build()
+        .unwrap();
+    assert!(fraud.has_fallback() && fraud.has_recovery_ramp());
+    assert_eq!(fraud.limit_config().unwrap().limit(), &Limit::Fixed(64));
+    assert_eq!(fraud.limit_config().unwrap().name(), "fraud-eu");
+    // Inherited from the defaults.
+    assert_eq!(
+        fraud.timeout_config().unwrap().default_timeout(),
+        Duration::from_secs(2)
+    );
+    let retry = fraud.retry_config().unwrap();
+    assert_eq!(
+        (retry.max_attempts(), retry.retry_ratio_permille()),
+        (3, 100)
+    );
+    assert_eq!(retry.name(), "fraud-eu");
+    let breaker = fraud.breaker_handle().unwrap();
+    assert_eq!(breaker.name(), "fraud-eu");
+    // Routes: the partner's 429s count on its score route only.
+    let score = fraud.routes().route(route_id(&fraud, "POST /score"));
+    assert_eq!(score.timeout_duration(), Some(Duration::from_millis(250)));
+    assert!(!score.retry_enabled());
+    assert_eq!(score.idempotent_override(), Some(true));
+    assert_eq!(outcome(&fraud, "POST /score", 429), Outcome::Failure);
+    assert_eq!(
+        outcome(&fraud, "GET /rules/{version}", 429),
+        Outcome::Ignored
+    );
+    assert_eq!(
+        fraud.routes().route(RouteId::DEFAULT).slow_call_threshold(),
+        Some(Duration::from_millis(300)),
+        "the policy's default route overrides the defaults'"
+    );
+
+    // inventory: keyed breakers, an adaptive limit, one retry key overridden.
+    let inventory = file.build("inventory").unwrap();
+    assert!(inventory.keyed_breaker_handle().is_some());
+    assert!(matches!(
+        inventory.limit_config().unwrap().limit(),
+        Limit::Aimd(_)
+    ));
+    let retry = inventory.retry_config().unwrap();
+    assert_eq!(retry.max_attempts(), 2);
+    assert_eq!(retry.base_delay(), Duration::from_millis(25));
+    assert_eq!(
+        outcome(&inventory, "GET /stock/{sku}", 409),
+        Outcome::Failure
+    );
+    assert_eq!(
+        inventory
+            .routes()
+            .route(RouteId::DEFAULT)
+            .slow_call_threshold(),
+        Some(Duration::from_secs(1)),
+        "inherited"
+    );
+
+    // ledger: retries disabled though the defaults have them.
+    let ledger = file.build("ledger").unwrap();
+    assert!(ledger.retry_budget().is_none());
+    assert!(ledger.breaker_handle().is_some());
+    assert_eq!(
+        ledger.timeout_config().unwrap().default_timeout(),
+        Duration::from_millis(500)
+    );
+    assert!(
+        !ledger
+            .routes()
+            .route(route_id(&ledger, "/ledger.Ledger/{*method}"))
+            .retry_enabled()
+    );
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn the_example_toml_file_builds_what_it_describes() {
+    check_example(&PolicyFile::from_toml(EXAMPLE_TOML).unwrap());
+    let loaded = PolicyFile::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/fusebox.toml"
+    ))
+    .unwrap();
+    assert_eq!(loaded.policy_names().count(), 3);
+}
+
+#[cfg(feature = "yaml")]
+#[test]
+fn the_example_yaml_file_builds_the_same_policies() {
+    check_example(&PolicyFile::from_yaml(EXAMPLE_YAML).unwrap());
+    let loaded = PolicyFile::load(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/fusebox.yaml"
+    ))
+    .unwrap();
+    assert_eq!(loaded.policy_names().count(), 3);
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn every_problem_is_reported_with_its_path() {
+    let err = PolicyFile::from_toml(
+        r#"
+        colour = "blue"
+
+        [defaults.breaker]
+        failure_rate_threshold = 150        # inherited by both policies, reported once
+        open_wait = 30                      # not a duration
+
+        [defaults.timout]
+        default_timeout = "1s"
+
+        [policies.fraud-eu.breaker]
+        minimum_calls = 0
+        failur_rate_threshold = 10
+        on_close = "never"
+
+        [policies.fraud-eu.limit]
+        max_concurrency = 0
+
+        [policies.fraud-eu.limit.adaptive]
+        algorithm = "aimd"
+        alpha = 3.0
+
+        [policies.fraud-eu.routes."score"]
+        timeout = "0s"
+
+        [policies.fraud-eu.recovery_ramp]
+        initial_limit = 5
+        duration = "10s"
+
+        [policies.inventory.retry]
+        max_attempts = 0
+        retry_ratio = "lots"
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "colour: unknown key; expected one of: defaults, policies",
+            "defaults.breaker.open_wait: must be a duration with a unit, such as \"250ms\" or \"30s\", got 30",
+            "defaults.timout: unknown key; did you mean `timeout`?",
+            "policies.fraud-eu.breaker.failur_rate_threshold: unknown key; did you mean `failure_rate_threshold`?",
+            "policies.fraud-eu.breaker.on_close: must be one of \"clear\", \"keep\", got \"never\"",
+            "policies.fraud-eu.limit.adaptive: set either max_concurrency or adaptive, not both",
+            "policies.fraud-eu.limit.adaptive.alpha: only read by algorithm = \"vegas\", not \"aimd\"",
+            "policies.inventory.retry.retry_ratio: must be a number, got \"lots\"",
+            "policies.fraud-eu.routes[\"score\"].timeout: must be greater than zero",
+            "policies.fraud-eu.routes[\"score\"]: path must start with `/`, got `score`",
+            "policies.fraud-eu.limit.max_concurrency: must be at least 1, got 0",
+            "policies.fraud-eu.breaker.minimum_calls: must be at least 1, got 0",
+            "defaults.breaker.failure_rate_threshold: must be within 1..=100, got 150",
+            "policies.inventory.retry.max_attempts: must be within 1..=100, got 0",
+        ]
+    );
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn inheritance_and_disabling() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [defaults.breaker]
+        count_window = 50
+        minimum_calls = 10
+        [defaults.limit]
+        max_concurrency = 10
+        [defaults.routes."GET /health"]
+        timeout = "100ms"
+
+        [policies.a.breaker]
+        time_window = "60s"                 # replaces the defaults' count window
+        [policies.a.limit.adaptive]
+        algorithm = "vegas"                 # replaces the defaults' fixed limit
+        [policies.a.routes."GET /health"]
+        retry = false                       # merged with the defaults' route
+
+        [policies.b.breaker]
+        enabled = false
+        [policies.b.limit]
+        enabled = false
+        "#,
+    )
+    .unwrap();
+    let a = file.build("a").unwrap();
+    assert!(matches!(a.limit_config().unwrap().limit(), Limit::Vegas(_)));
+    let health = a.routes().route(route_id(&a, "GET /health"));
+    assert_eq!(health.timeout_duration(), Some(Duration::from_millis(100)));
+    assert!(!health.retry_enabled());
+    assert!(a.has_timeout(), "a route timeout turns the timeout on");
+    let b = file.build("b").unwrap();
+    assert!(b.breaker_handle().is_none() && b.limit_handle().is_none());
+
+    let err = file.build("c").unwrap_err();
+    assert_eq!(
+        problems(&err),
+        ["policies: has no policy named \"c\"; the file has: a, b"]
+    );
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn parse_errors_name_the_file() {
+    let err = PolicyFile::from_toml("[defaults\n").unwrap_err();
+    assert!(
+        problems(&err)[0].starts_with("file: is not valid TOML"),
+        "{err}"
+    );
+    let err = PolicyFile::load("/nonexistent/fusebox.toml").unwrap_err();
+    assert!(problems(&err)[0].contains("cannot be read"), "{err}");
+}
+
+#[cfg(feature = "yaml")]
+#[test]
+fn yaml_problems_have_the_same_paths() {
+    let err = PolicyFile::from_yaml(
+        "policies:\n  fraud-eu:\n    breaker:\n      failure_rate_threshold: 150\n      minimum_cals: 3\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "policies.fraud-eu.breaker.minimum_cals: unknown key; did you mean `minimum_calls`?",
+            "policies.fraud-eu.breaker.failure_rate_threshold: must be within 1..=100, got 150",
+        ]
+    );
+}

@@ -1,0 +1,106 @@
+//! The response body of a [`PolicyService`](crate::PolicyService).
+
+use bytes::Bytes;
+use fusebox_breaker::{EosRecorder, MemoryStore};
+use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
+use fusebox_limit::Completion;
+use fusebox_timeout::TimeoutBody;
+use http_body::{Body, Frame, SizeHint};
+use pin_project::pin_project;
+use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// The body the layers of a policy make of the dependency's body `B`: the breaker's and
+/// the limit's end-of-stream bookkeeping around the timeout's body timer.
+pub type StackBody<B, C> =
+    ClassifiedBody<ClassifiedBody<TimeoutBody<B>, Completion<C>>, EosRecorder<C, MemoryStore>>;
+
+/// The response body of a policy: the dependency's body as the layers wrap it, or the body
+/// of a [fallback](crate::Fallback) response.
+///
+/// Its data type is the dependency's (`B::Data`); a fallback's bytes are converted with
+/// `From<Bytes>`, which `Bytes` itself (hyper, axum, tonic) satisfies.
+#[pin_project]
+pub struct PolicyBody<B, C: Classifier> {
+    #[pin]
+    kind: Kind<B, C>,
+}
+
+// The layers' body holds the body timer inline; boxing it would allocate per response, and
+// the fallback variant is the rare one.
+#[allow(clippy::large_enum_variant)]
+#[pin_project(project = KindProj)]
+enum Kind<B, C: Classifier> {
+    Inner(#[pin] StackBody<B, C>),
+    Fallback(Option<Bytes>),
+}
+
+impl<B, C: Classifier> PolicyBody<B, C> {
+    pub(crate) fn inner(body: StackBody<B, C>) -> Self {
+        PolicyBody {
+            kind: Kind::Inner(body),
+        }
+    }
+
+    pub(crate) fn fallback(bytes: Bytes) -> Self {
+        PolicyBody {
+            kind: Kind::Fallback((!bytes.is_empty()).then_some(bytes)),
+        }
+    }
+
+    /// Whether this is the body of a fallback response.
+    pub fn is_fallback(&self) -> bool {
+        matches!(self.kind, Kind::Fallback(_))
+    }
+}
+
+impl<B, C: Classifier> fmt::Debug for PolicyBody<B, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Inner(_) => f.write_str("PolicyBody::Inner(..)"),
+            Kind::Fallback(b) => f.debug_tuple("PolicyBody::Fallback").field(b).finish(),
+        }
+    }
+}
+
+impl<B, C> Body for PolicyBody<B, C>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+    B::Data: From<Bytes>,
+    C: Classifier,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner(body) => body.poll_frame(cx),
+            KindProj::Fallback(bytes) => {
+                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
+            }
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner(body) => body.is_end_stream(),
+            Kind::Fallback(bytes) => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner(body) => body.size_hint(),
+            Kind::Fallback(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Which breaker a call belongs to, when a policy keeps one breaker per key.
+
+use fusebox_breaker::{KeyFn, RequestHead};
+use fusebox_classify::RouteId;
+use std::fmt;
+use std::sync::Arc;
+
+/// How a keyed policy picks the breaker of a call: by host, by route, or by a function of
+/// the request.
+///
+/// One policy value holds one key function; [`KeyBy`] is a type of its own (not a generic
+/// parameter) so that a keyed policy and an unkeyed one have the same type.
+///
+/// ```
+/// use fusebox::{KeyBy, Policy, CircuitBreakerConfig};
+///
+/// // One breaker per tenant, from a header.
+/// let by_tenant = KeyBy::custom(|head| {
+///     head.headers()
+///         .get("x-tenant")
+///         .and_then(|v| v.to_str().ok())
+///         .unwrap_or("anonymous")
+///         .to_owned()
+/// });
+/// let policy = Policy::builder("billing")
+///     .circuit_breaker(CircuitBreakerConfig::builder("billing").build()?)
+///     .breaker_key(by_tenant)
+///     .build()?;
+/// assert!(policy.keyed_breaker_handle().is_some());
+/// # Ok::<(), fusebox::ConfigError>(())
+/// ```
+#[derive(Clone)]
+pub enum KeyBy {
+    /// The URI's host, else the `Host` header's (one string allocation per call).
+    Host,
+    /// The route of the route table (no allocation).
+    Route,
+    /// A function of the request head.
+    Custom(Arc<dyn Fn(&RequestHead<'_>) -> String + Send + Sync>),
+}
+
+impl KeyBy {
+    /// A key function of the request head.
+    pub fn custom(f: impl Fn(&RequestHead<'_>) -> String + Send + Sync + 'static) -> Self {
+        KeyBy::Custom(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for KeyBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyBy::Host => f.write_str("KeyBy::Host"),
+            KeyBy::Route => f.write_str("KeyBy::Route"),
+            KeyBy::Custom(_) => f.write_str("KeyBy::Custom(..)"),
+        }
+    }
+}
+
+/// The key of one breaker of a keyed policy.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum BreakerKey {
+    /// A route of the route table.
+    Route(RouteId),
+    /// A host, or a custom key.
+    Text(String),
+}
+
+impl KeyFn for KeyBy {
+    type Key = BreakerKey;
+
+    #[inline]
+    fn key(&self, head: &RequestHead<'_>) -> BreakerKey {
+        match self {
+            KeyBy::Host => BreakerKey::Text(head.host().unwrap_or("").to_ascii_lowercase()),
+            KeyBy::Route => BreakerKey::Route(head.route()),
+            KeyBy::Custom(f) => BreakerKey::Text(f(head)),
+        }
+    }
+
+    fn describe(&self, key: &BreakerKey, head: &RequestHead<'_>) -> Arc<str> {
+        match key {
+            BreakerKey::Route(_) => Arc::from(head.route_name()),
+            BreakerKey::Text(text) => Arc::from(text.as_str()),
+        }
+    }
+}

@@ -1,0 +1,630 @@
+//! [`Policy`]: the four layers, in the right order, around one route table.
+//!
+//! Resilience layers interact, and their order decides how:
+//!
+//! ```text
+//! retry budget → circuit breaker → concurrency limit → timeout → your service
+//! ```
+//!
+//! - the **timeout** is innermost, so each attempt has its own timeout and a timed-out
+//!   attempt is one failure that every layer above sees (the breaker counts it, the retry
+//!   layer may retry it, the limit gives its permit back when it fires);
+//! - the **concurrency limit** sits inside the breaker, so an open breaker rejects without
+//!   taking a permit, and a full limit is not counted against the dependency (unless the
+//!   breaker's `count_overloaded` says it stands for the dependency's own saturation);
+//! - the **breaker** sits inside the retry layer, so every attempt is judged, and its
+//!   rejection ([`CircuitOpen`](crate::error::CircuitOpen)) is never retried;
+//! - the **retry budget** is outermost, so a retry spends from the budget and goes through
+//!   the breaker and the limit again like any call.
+//!
+//! All four read the same [`RouteTable`]: one place for each route's classifier (whether a
+//! 429 or RESOURCE_EXHAUSTED counts as a failure), slow-call threshold, timeout, whether it
+//! may be retried, and whether its requests are idempotent.
+//!
+//! A policy is a [`Layer`]: `ServiceBuilder::new().layer(policy).service(client)`. Every
+//! layer is optional, and leaving one out does not change the service's type (see
+//! [`stack`] for how, and what an absent layer costs: one `match`). Its state — the
+//! breaker, the limit's permits, the retry budget — is created once, by
+//! [`PolicyBuilder::build`], and shared by every service the policy makes: a framework that
+//! calls [`Layer::layer`] once per route still gets one breaker and one limit.
+//!
+//! # Example
+//!
+//! ```
+//! use fusebox::{CircuitBreakerConfig, Policy, RetryConfig, Route, RouteTable, StandardClassifier};
+//! use fusebox::retry::ReplayBody;
+//! use http::{Request, Response};
+//! use http_body_util::Empty;
+//! use bytes::Bytes;
+//! use std::time::Duration;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! // The partner's 429s mean it is struggling: that route counts them.
+//! let routes = RouteTable::builder(Route::default().slow_call_duration(Duration::from_millis(500)))
+//!     .route("POST /charge", Route::new(StandardClassifier::new().count_throttling(true)).retry(false))
+//!     .route("GET /rates", Route::default().timeout(Duration::from_millis(100)))
+//!     .build()?;
+//! let policy = Policy::builder("fraud-eu")
+//!     .routes(routes)
+//!     .timeout(Duration::from_millis(250))
+//!     .concurrency_limit(64)
+//!     .circuit_breaker(CircuitBreakerConfig::builder("fraud-eu").failure_rate_threshold(50))
+//!     .retry_budget(RetryConfig::builder().name("fraud-eu").retry_ratio(0.1))
+//!     .build()?;
+//!
+//! let client = tower::service_fn(|_req: Request<ReplayBody<Empty<Bytes>>>| async {
+//!     Ok::<_, std::convert::Infallible>(Response::new(Empty::<Bytes>::new()))
+//! });
+//! let svc = ServiceBuilder::new().layer(policy).service(client);
+//! let response = svc.oneshot(Request::get("/rates").body(Empty::new())?).await?;
+//! assert_eq!(response.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+
+mod body;
+mod fallback;
+mod future;
+mod key;
+mod ramp;
+mod service;
+pub mod stack;
+
+pub use self::body::{PolicyBody, StackBody};
+pub use self::fallback::{FALLBACKS_TOTAL, Fallback, FallbackContext, FallbackReason};
+pub use self::future::ResponseFuture;
+pub use self::key::{BreakerKey, KeyBy};
+pub use self::ramp::RecoveryRamp;
+pub use self::service::PolicyService;
+
+use self::fallback::Armed;
+use self::ramp::Ramp;
+use fusebox_breaker::{
+    BreakerEvent, BreakerHandle, CircuitBreakerConfig, CircuitBreakerConfigBuilder,
+    CircuitBreakerLayer, InMemory, KeyedBreakerHandle, KeyedCircuitBreakerLayer, MemoryStore,
+};
+use fusebox_classify::{
+    Classifier, ConfigError, RouteTable, RouteTableBuilder, StandardClassifier, Validator,
+};
+use fusebox_limit::{
+    ConcurrencyLimitConfig, ConcurrencyLimitConfigBuilder, ConcurrencyLimitLayer, Limit,
+    LimitHandle,
+};
+use fusebox_retry::{RetryBudget, RetryBudgetLayer, RetryConfig, RetryConfigBuilder};
+use fusebox_timeout::{BodyTimeoutLayer, TimeoutConfig, TimeoutConfigBuilder, TimeoutLayer};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_layer::Layer;
+
+/// A configuration, or something that builds one: [`PolicyBuilder`] accepts either, and
+/// reports a builder's problems with the rest (each under its layer's path).
+pub trait IntoConfig<T> {
+    /// The configuration, or every problem with it.
+    fn into_config(self) -> Result<T, ConfigError>;
+}
+
+impl<T> IntoConfig<T> for T {
+    fn into_config(self) -> Result<T, ConfigError> {
+        Ok(self)
+    }
+}
+
+impl<T> IntoConfig<T> for Result<T, ConfigError> {
+    fn into_config(self) -> Result<T, ConfigError> {
+        self
+    }
+}
+
+impl IntoConfig<CircuitBreakerConfig> for CircuitBreakerConfigBuilder {
+    fn into_config(self) -> Result<CircuitBreakerConfig, ConfigError> {
+        self.build()
+    }
+}
+
+impl IntoConfig<ConcurrencyLimitConfig> for ConcurrencyLimitConfigBuilder {
+    fn into_config(self) -> Result<ConcurrencyLimitConfig, ConfigError> {
+        self.build()
+    }
+}
+
+impl IntoConfig<RetryConfig> for RetryConfigBuilder {
+    fn into_config(self) -> Result<RetryConfig, ConfigError> {
+        self.build()
+    }
+}
+
+impl IntoConfig<TimeoutConfig> for TimeoutConfigBuilder {
+    fn into_config(self) -> Result<TimeoutConfig, ConfigError> {
+        self.build()
+    }
+}
+
+impl<C: Classifier> IntoConfig<RouteTable<C>> for RouteTableBuilder<C> {
+    fn into_config(self) -> Result<RouteTable<C>, ConfigError> {
+        self.build()
+    }
+}
+
+type Listener = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
+
+/// Builds a [`Policy`]. Nothing is checked until [`build`](PolicyBuilder::build), which
+/// reports every problem at once.
+pub struct PolicyBuilder<C = StandardClassifier> {
+    name: Arc<str>,
+    routes: Result<RouteTable<C>, ConfigError>,
+    timeout: Option<Result<TimeoutConfig, ConfigError>>,
+    limit: Option<Result<ConcurrencyLimitConfig, ConfigError>>,
+    breaker: Option<Result<CircuitBreakerConfig, ConfigError>>,
+    breaker_key: Option<KeyBy>,
+    max_keys: Option<usize>,
+    idle_timeout: Option<Duration>,
+    listeners: Vec<Listener>,
+    retry: Option<Result<RetryConfig, ConfigError>>,
+    fallback: Option<Fallback>,
+    fallback_routes: Vec<String>,
+    ramp: Option<RecoveryRamp>,
+}
+
+impl<C> fmt::Debug for PolicyBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyBuilder")
+            .field("name", &self.name)
+            .field("timeout", &self.timeout)
+            .field("limit", &self.limit)
+            .field("breaker", &self.breaker)
+            .field("breaker_key", &self.breaker_key)
+            .field("retry", &self.retry.as_ref().map(|r| r.is_ok()))
+            .field("fallback", &self.fallback)
+            .field("recovery_ramp", &self.ramp)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Policy {
+    /// A builder for a policy named `name` (the name of its fallback metrics, and of the
+    /// layers the shorthands [`timeout`](PolicyBuilder::timeout) and
+    /// [`concurrency_limit`](PolicyBuilder::concurrency_limit) make), with no layer yet and
+    /// the default route table.
+    pub fn builder(name: impl Into<Arc<str>>) -> PolicyBuilder {
+        PolicyBuilder {
+            name: name.into(),
+            routes: Ok(RouteTable::default()),
+            timeout: None,
+            limit: None,
+            breaker: None,
+            breaker_key: None,
+            max_keys: None,
+            idle_timeout: None,
+            listeners: Vec::new(),
+            retry: None,
+            fallback: None,
+            fallback_routes: Vec::new(),
+            ramp: None,
+        }
+    }
+}
+
+impl<C: Classifier> PolicyBuilder<C> {
+    /// Classifies calls per route with `routes` (a [`RouteTable`] or its builder), in every
+    /// layer. Each route sets its classifier (whether 429 / RESOURCE_EXHAUSTED count as
+    /// failures), slow-call threshold, timeout, retry on/off and idempotency.
+    ///
+    /// A route with a timeout turns the timeout layer on even without
+    /// [`timeout`](PolicyBuilder::timeout); routes without one then get
+    /// [`DEFAULT_TIMEOUT`](fusebox_timeout::DEFAULT_TIMEOUT).
+    pub fn routes<C2: Classifier>(
+        self,
+        routes: impl IntoConfig<RouteTable<C2>>,
+    ) -> PolicyBuilder<C2> {
+        PolicyBuilder {
+            name: self.name,
+            routes: routes.into_config(),
+            timeout: self.timeout,
+            limit: self.limit,
+            breaker: self.breaker,
+            breaker_key: self.breaker_key,
+            max_keys: self.max_keys,
+            idle_timeout: self.idle_timeout,
+            listeners: self.listeners,
+            retry: self.retry,
+            fallback: self.fallback,
+            fallback_routes: self.fallback_routes,
+            ramp: self.ramp,
+        }
+    }
+
+    /// A timeout of `timeout` for every route that sets none.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        self.timeout_config(TimeoutConfig::builder().default_timeout(timeout))
+    }
+
+    /// The timeout layer's full configuration (default timeout, body timeout, deadline
+    /// propagation).
+    pub fn timeout_config(mut self, config: impl IntoConfig<TimeoutConfig>) -> Self {
+        self.timeout = Some(config.into_config());
+        self
+    }
+
+    /// A fixed limit of `max` calls in flight, shedding at once when full; the limit is
+    /// named after the policy.
+    pub fn concurrency_limit(self, max: usize) -> Self {
+        let name = self.name.to_string();
+        self.concurrency_limit_config(
+            ConcurrencyLimitConfig::builder()
+                .name(name)
+                .max_concurrency(max),
+        )
+    }
+
+    /// The concurrency limit's full configuration (queue, adaptive limits, release).
+    pub fn concurrency_limit_config(
+        mut self,
+        config: impl IntoConfig<ConcurrencyLimitConfig>,
+    ) -> Self {
+        self.limit = Some(config.into_config());
+        self
+    }
+
+    /// A circuit breaker (a [`CircuitBreakerConfig`] or its builder).
+    pub fn circuit_breaker(mut self, config: impl IntoConfig<CircuitBreakerConfig>) -> Self {
+        self.breaker = Some(config.into_config());
+        self
+    }
+
+    /// One breaker per key instead of one for every call (needs
+    /// [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
+    pub fn breaker_key(mut self, key: KeyBy) -> Self {
+        self.breaker_key = Some(key);
+        self
+    }
+
+    /// For keyed breakers: the most keys kept at once (default 10,000).
+    pub fn max_keys(mut self, max: usize) -> Self {
+        self.max_keys = Some(max);
+        self
+    }
+
+    /// For keyed breakers: a key unused for about this long is forgotten (default 10 min).
+    pub fn idle_timeout(mut self, idle: Duration) -> Self {
+        self.idle_timeout = Some(idle);
+        self
+    }
+
+    /// Calls `listener` with every breaker event, synchronously, where it happens.
+    pub fn on_breaker_event(
+        mut self,
+        listener: impl Fn(&BreakerEvent) + Send + Sync + 'static,
+    ) -> Self {
+        self.listeners.push(Arc::new(listener));
+        self
+    }
+
+    /// A retry budget (a [`RetryConfig`] or its builder).
+    pub fn retry_budget(mut self, config: impl IntoConfig<RetryConfig>) -> Self {
+        self.retry = Some(config.into_config());
+        self
+    }
+
+    /// A fallback for fusebox's own rejections, on the routes it names.
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.fallback = Some(fallback);
+        self
+    }
+
+    /// Opts `route` (named as in the route table) in to the policy's
+    /// [`fallback`](PolicyBuilder::fallback), in addition to the routes the fallback names
+    /// itself: how a configuration file's `fallback = true` reaches the fallback function
+    /// given in code. Naming a route without giving a fallback is a configuration error.
+    pub fn fallback_route(mut self, route: impl Into<String>) -> Self {
+        self.fallback_routes.push(route.into());
+        self
+    }
+
+    /// A slow start for the concurrency limit after the breaker closes.
+    pub fn recovery_ramp(mut self, ramp: RecoveryRamp) -> Self {
+        self.ramp = Some(ramp);
+        self
+    }
+
+    /// Checks everything — each layer's configuration, the route table, and how they fit
+    /// together — and builds the policy's shared state, or reports every problem, each with
+    /// its path (`breaker.failure_rate_threshold: must be within 1..=100, got 150`).
+    pub fn build(self) -> Result<Policy<C>, ConfigError> {
+        let mut v = Validator::new();
+        v.check(!self.name.trim().is_empty(), "name", || {
+            "must not be empty".into()
+        });
+        // A layer given with an invalid configuration counts as present for the
+        // cross-checks: its own problems are reported under its path.
+        let has_breaker = self.breaker.is_some();
+        let has_limit = self.limit.is_some();
+        let routes = v.nested("", self.routes);
+        let timeout = self.timeout.and_then(|t| v.nested("timeout", t));
+        let limit = self.limit.and_then(|l| v.nested("limit", l));
+        let breaker = self.breaker.and_then(|b| v.nested("breaker", b));
+        let retry = self.retry.and_then(|r| v.nested("retry", r));
+
+        if self.breaker_key.is_some() && !has_breaker {
+            v.fail("breaker_key", "needs a circuit breaker");
+        }
+        if let Some(ramp) = &self.ramp {
+            if !has_breaker {
+                v.fail("recovery_ramp", "needs a circuit breaker");
+            } else if self.breaker_key.is_some() {
+                v.fail(
+                    "recovery_ramp",
+                    "needs an unkeyed circuit breaker: a keyed breaker's keys recover one by one, and the limit is shared by all of them",
+                );
+            }
+            match limit.as_ref().map(|l| l.limit()) {
+                None if !has_limit => v.fail("recovery_ramp", "needs a concurrency limit"),
+                None => ramp.validate(None, &mut v),
+                Some(Limit::Fixed(max)) => ramp.validate(Some(*max), &mut v),
+                Some(_) => v.fail(
+                    "recovery_ramp",
+                    "needs a fixed max_concurrency: an adaptive limit already starts low after the failures that opened the breaker",
+                ),
+            }
+        }
+        let mut fallback = self.fallback;
+        match &mut fallback {
+            Some(f) => f.routes.extend(self.fallback_routes),
+            None => {
+                for route in &self.fallback_routes {
+                    v.fail(
+                        format!("routes[{route:?}].fallback"),
+                        "asks for a fallback, but the policy has no fallback function (PolicyBuilder::fallback)",
+                    );
+                }
+            }
+        }
+        let mut on_route = Vec::new();
+        if let (Some(fallback), Some(routes)) = (&fallback, &routes) {
+            on_route = vec![fallback.all_routes; routes.iter().count()];
+            if !fallback.all_routes && fallback.routes.is_empty() {
+                v.fail(
+                    "fallback.routes",
+                    "name at least one route of the route table, or apply it to all routes",
+                );
+            }
+            for name in &fallback.routes {
+                match routes.iter().find(|(_, n, _)| n == name) {
+                    Some((id, _, _)) => on_route[id.index()] = true,
+                    None => v.fail(
+                        format!("fallback.routes[{name:?}]"),
+                        "is not a route of the route table",
+                    ),
+                }
+            }
+        }
+        v.finish(())?;
+        let routes = routes.ok_or_else(|| ConfigError::new("routes", "invalid"))?;
+
+        let needs_timeout = timeout.is_some()
+            || routes
+                .iter()
+                .any(|(_, _, r)| r.timeout_duration().is_some());
+        let timeout =
+            needs_timeout.then(|| TimeoutLayer::new(routes.clone(), timeout.unwrap_or_default()));
+        let limit = limit.map(|l| ConcurrencyLimitLayer::with_routes(l, routes.clone()));
+        let ramp = match (&self.ramp, &limit) {
+            (Some(r), Some(l)) => match l.config().limit() {
+                Limit::Fixed(max) => Some(Arc::new(Ramp::new(*r, l.handle(), *max))),
+                _ => None,
+            },
+            _ => None,
+        };
+        let breaker = match breaker {
+            None => BreakerLayer::Off,
+            Some(config) => {
+                let mut b = CircuitBreakerLayer::builder(config).routes(routes.clone());
+                for listener in self.listeners {
+                    b = b.on_event(move |e| listener(e));
+                }
+                if let Some(ramp) = &ramp {
+                    let ramp = Arc::clone(ramp);
+                    b = b.on_event(move |e| ramp.on_event(e));
+                }
+                if let Some(max) = self.max_keys {
+                    b = b.max_keys(max);
+                }
+                if let Some(idle) = self.idle_timeout {
+                    b = b.idle_timeout(idle);
+                }
+                match self.breaker_key {
+                    None => BreakerLayer::Single(b.build()),
+                    Some(key) => {
+                        BreakerLayer::Keyed(b.build_keyed(key).map_err(|e| e.prefixed("breaker"))?)
+                    }
+                }
+            }
+        };
+        let retry = retry.map(|r| RetryBudgetLayer::new(r, routes.clone()));
+        let fallback = fallback.map(|f| Armed::new(f, on_route.into_boxed_slice(), &self.name));
+        Ok(Policy {
+            inner: Arc::new(PolicyLayers {
+                retry,
+                breaker,
+                limit,
+                body_timeout: timeout
+                    .as_ref()
+                    .filter(|t| t.config().body_timeout().is_some())
+                    .map(TimeoutLayer::body_layer),
+                timeout,
+                shared: Arc::new(Shared {
+                    name: self.name,
+                    routes,
+                    fallback,
+                    ramp,
+                }),
+            }),
+        })
+    }
+}
+
+/// The breaker a policy holds.
+pub(crate) enum BreakerLayer<C> {
+    Off,
+    Single(CircuitBreakerLayer<C, MemoryStore>),
+    Keyed(KeyedCircuitBreakerLayer<KeyBy, C, InMemory>),
+}
+
+/// What every service of a policy shares.
+pub(crate) struct Shared<C> {
+    pub(crate) name: Arc<str>,
+    pub(crate) routes: RouteTable<C>,
+    pub(crate) fallback: Option<Armed>,
+    pub(crate) ramp: Option<Arc<Ramp>>,
+}
+
+pub(crate) struct PolicyLayers<C> {
+    retry: Option<RetryBudgetLayer<C>>,
+    breaker: BreakerLayer<C>,
+    limit: Option<ConcurrencyLimitLayer<C>>,
+    timeout: Option<TimeoutLayer<C>>,
+    body_timeout: Option<BodyTimeoutLayer<C>>,
+    shared: Arc<Shared<C>>,
+}
+
+/// Retry budget → circuit breaker → concurrency limit → timeout around one route table,
+/// as one [`Layer`]; see the [module docs](self).
+///
+/// Cloning is cheap and shares everything: the breaker, the limit, the budget.
+pub struct Policy<C = StandardClassifier> {
+    inner: Arc<PolicyLayers<C>>,
+}
+
+impl<C> Clone for Policy<C> {
+    fn clone(&self) -> Self {
+        Policy {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<C> fmt::Debug for Policy<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let l = &self.inner;
+        f.debug_struct("Policy")
+            .field("name", &l.shared.name)
+            .field("retry", &l.retry.is_some())
+            .field(
+                "breaker",
+                &match l.breaker {
+                    BreakerLayer::Off => "off",
+                    BreakerLayer::Single(_) => "single",
+                    BreakerLayer::Keyed(_) => "keyed",
+                },
+            )
+            .field("limit", &l.limit.is_some())
+            .field("timeout", &l.timeout.is_some())
+            .field("fallback", &l.shared.fallback.is_some())
+            .field("recovery_ramp", &l.shared.ramp.is_some())
+            .finish()
+    }
+}
+
+impl<C: Classifier> Policy<C> {
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.inner.shared.name
+    }
+
+    /// The route table every layer reads.
+    pub fn routes(&self) -> &RouteTable<C> {
+        &self.inner.shared.routes
+    }
+
+    /// The operator's handle on the breaker (unkeyed breakers).
+    pub fn breaker_handle(&self) -> Option<BreakerHandle> {
+        match &self.inner.breaker {
+            BreakerLayer::Single(b) => Some(b.handle()),
+            _ => None,
+        }
+    }
+
+    /// The operator's handle on every key's breaker (keyed breakers).
+    pub fn keyed_breaker_handle(&self) -> Option<KeyedBreakerHandle<BreakerKey>> {
+        match &self.inner.breaker {
+            BreakerLayer::Keyed(b) => Some(b.handle()),
+            _ => None,
+        }
+    }
+
+    /// A view of the concurrency limit.
+    pub fn limit_handle(&self) -> Option<LimitHandle> {
+        self.inner.limit.as_ref().map(|l| l.handle())
+    }
+
+    /// The retry budget.
+    pub fn retry_budget(&self) -> Option<&RetryBudget> {
+        self.inner.retry.as_ref().map(|r| r.budget())
+    }
+
+    /// Whether the policy has a timeout layer.
+    pub fn has_timeout(&self) -> bool {
+        self.inner.timeout.is_some()
+    }
+
+    /// The timeout layer's configuration.
+    pub fn timeout_config(&self) -> Option<&TimeoutConfig> {
+        self.inner.timeout.as_ref().map(|t| t.config())
+    }
+
+    /// The concurrency limit's configuration.
+    pub fn limit_config(&self) -> Option<&ConcurrencyLimitConfig> {
+        self.inner.limit.as_ref().map(|l| l.config())
+    }
+
+    /// The retry layer's configuration.
+    pub fn retry_config(&self) -> Option<&RetryConfig> {
+        self.inner.retry.as_ref().map(|r| r.config())
+    }
+
+    /// Whether the policy serves fallbacks.
+    pub fn has_fallback(&self) -> bool {
+        self.inner.shared.fallback.is_some()
+    }
+
+    /// Whether the policy ramps its limit up after the breaker closes.
+    pub fn has_recovery_ramp(&self) -> bool {
+        self.inner.shared.ramp.is_some()
+    }
+}
+
+impl<S, C: Classifier> Layer<S> for Policy<C> {
+    type Service = PolicyService<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        use self::stack::{BreakerStage, Optional};
+        let l = &*self.inner;
+        let timeout = match &l.timeout {
+            Some(t) => Optional::On(t.layer(inner)),
+            None => Optional::Off(inner),
+        };
+        let body = match &l.body_timeout {
+            Some(t) => Optional::On(t.layer(timeout)),
+            None => Optional::Off(timeout),
+        };
+        let limit = match &l.limit {
+            Some(layer) => Optional::On(layer.layer(body)),
+            None => Optional::Off(body),
+        };
+        let breaker = match &l.breaker {
+            BreakerLayer::Off => BreakerStage::Off(limit),
+            BreakerLayer::Single(b) => BreakerStage::Single(b.layer(limit)),
+            BreakerLayer::Keyed(b) => BreakerStage::Keyed(b.layer(limit)),
+        };
+        let retry = match &l.retry {
+            Some(r) => Optional::On(r.layer(breaker)),
+            None => Optional::Off(breaker),
+        };
+        PolicyService::new(retry, Arc::clone(&l.shared))
+    }
+}
+
+#[cfg(test)]
+mod tests;

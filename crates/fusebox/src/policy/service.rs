@@ -1,0 +1,105 @@
+//! The policy's service.
+
+use crate::policy::Shared;
+use crate::policy::body::PolicyBody;
+use crate::policy::future::{FallbackCall, ResponseFuture};
+use crate::policy::stack::Stack;
+use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+use fusebox_retry::ReplayBody;
+use http::{Request, Response};
+use http_body::Body;
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower_service::Service;
+
+/// A service behind a [`Policy`](crate::Policy): retry budget → circuit breaker →
+/// concurrency limit → timeout → `S`.
+///
+/// `S` receives `Request<ReplayBody<B>>` (the retry layer's body, so that a request can be
+/// sent again) whichever layers are configured; responses come back as
+/// [`PolicyBody`]s, errors as [`BoxError`] (downcast to fusebox's
+/// [`error`](crate::error) types).
+pub struct PolicyService<S, C = StandardClassifier> {
+    stack: Stack<S, C>,
+    shared: Arc<Shared<C>>,
+}
+
+impl<S, C> PolicyService<S, C> {
+    pub(crate) fn new(stack: Stack<S, C>, shared: Arc<Shared<C>>) -> Self {
+        PolicyService { stack, shared }
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The layers, as services.
+    pub fn stack(&self) -> &Stack<S, C> {
+        &self.stack
+    }
+}
+
+impl<S: Clone, C: Classifier> Clone for PolicyService<S, C> {
+    fn clone(&self) -> Self {
+        PolicyService {
+            stack: self.stack.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for PolicyService<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyService")
+            .field("name", &self.shared.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, B, RB> Service<Request<B>> for PolicyService<S, C>
+where
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Error: Into<BoxError>,
+    B: Body,
+    B::Data: Clone,
+    B::Error: Into<BoxError>,
+    RB: Body,
+    RB::Error: Into<BoxError>,
+    C: Classifier,
+{
+    type Response = Response<PolicyBody<RB, C>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, B, C>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.stack.poll_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let shared = &self.shared;
+        if let Some(ramp) = &shared.ramp {
+            ramp.tick();
+        }
+        let fallback = match &shared.fallback {
+            None => None,
+            Some(armed) => {
+                let route = shared.routes.resolve(&request);
+                armed
+                    .on_route
+                    .get(route.index())
+                    .copied()
+                    .unwrap_or(false)
+                    .then(|| FallbackCall {
+                        shared: Arc::clone(shared),
+                        route,
+                        method: request.method().clone(),
+                    })
+            }
+        };
+        ResponseFuture::new(self.stack.call(request), fallback)
+    }
+}

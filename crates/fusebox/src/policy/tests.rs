@@ -1,0 +1,362 @@
+//! Policy tests on mock services and paused time. Real servers are in `tests/tests/policy_*.rs`.
+
+use super::*;
+use bytes::Bytes;
+use fusebox_breaker::State;
+use fusebox_classify::Route;
+use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
+use fusebox_retry::ReplayBody;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tower::{Service, ServiceExt, service_fn};
+
+type Req = Request<ReplayBody<Empty<Bytes>>>;
+
+fn ok_service() -> impl Service<
+    Req,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send,
+> + Clone
++ Send {
+    service_fn(|_req: Req| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    })
+}
+
+fn get(path: &str) -> Request<Empty<Bytes>> {
+    Request::get(path).body(Empty::new()).unwrap()
+}
+
+fn paths(err: &ConfigError) -> Vec<&str> {
+    err.problems().iter().map(|p| p.path()).collect()
+}
+
+#[test]
+fn build_reports_every_problem_with_its_path() {
+    let err = Policy::builder(" ")
+        .routes(
+            RouteTable::builder(Route::default())
+                .route("GET /a", Route::default().timeout(Duration::ZERO)),
+        )
+        .circuit_breaker(CircuitBreakerConfig::builder("b").failure_rate_threshold(150))
+        .concurrency_limit(0)
+        .retry_budget(RetryConfig::builder().max_attempts(0))
+        .fallback(Fallback::new(|_| Response::new(Bytes::new())).route("GET /nope"))
+        .recovery_ramp(RecoveryRamp::new(0, Duration::ZERO))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        paths(&err),
+        [
+            "name",
+            "routes[\"GET /a\"].timeout",
+            // The shorthand names the limit after the policy.
+            "limit.name",
+            "limit.max_concurrency",
+            "breaker.failure_rate_threshold",
+            "retry.max_attempts",
+            "recovery_ramp.initial_limit",
+            "recovery_ramp.duration",
+        ],
+        "{err}"
+    );
+    assert_eq!(
+        err.problems()[4].to_string(),
+        "breaker.failure_rate_threshold: must be within 1..=100, got 150"
+    );
+
+    // With a valid table, a fallback naming an unknown route is reported.
+    let err = Policy::builder("p")
+        .fallback(Fallback::new(|_| Response::new(Bytes::new())).route("GET /nope"))
+        .recovery_ramp(RecoveryRamp::new(1, Duration::from_secs(1)))
+        .breaker_key(KeyBy::Route)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        paths(&err),
+        [
+            "breaker_key",
+            "recovery_ramp",
+            "recovery_ramp",
+            "fallback.routes[\"GET /nope\"]"
+        ],
+        "{err}"
+    );
+    let err = Policy::builder("p")
+        .circuit_breaker(CircuitBreakerConfig::builder("p").build().unwrap())
+        .concurrency_limit_config(
+            ConcurrencyLimitConfig::builder().aimd(fusebox_limit::AimdConfig::new()),
+        )
+        .recovery_ramp(RecoveryRamp::new(1, Duration::from_secs(1)))
+        .build()
+        .unwrap_err();
+    assert!(
+        err.problems()[0].rule().contains("fixed max_concurrency"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_policy_without_layers_passes_calls_through() {
+    let policy = Policy::builder("bare").build().unwrap();
+    assert!(policy.breaker_handle().is_none() && policy.limit_handle().is_none());
+    assert!(!policy.has_timeout() && policy.retry_budget().is_none());
+    let svc = policy.layer(ok_service());
+    let response = svc.oneshot(get("/x")).await.unwrap();
+    assert!(!response.body().is_fallback());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "ok");
+}
+
+/// Route timeouts alone turn the timeout layer on.
+#[tokio::test(start_paused = true)]
+async fn route_timeouts_turn_the_timeout_on() {
+    let routes = RouteTable::builder(Route::default())
+        .route(
+            "GET /slow",
+            Route::default().timeout(Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap();
+    let policy = Policy::builder("p").routes(routes).build().unwrap();
+    assert!(policy.has_timeout());
+    let svc = policy.layer(service_fn(|_req: Req| async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    }));
+    let err = svc.clone().oneshot(get("/slow")).await.unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<Elapsed>().unwrap().limit(),
+        Duration::from_millis(50)
+    );
+    // Other routes get the default timeout (15 s).
+    assert!(svc.oneshot(get("/other")).await.is_ok());
+}
+
+#[tokio::test]
+async fn fallbacks_replace_rejections_on_their_routes_only() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let routes = RouteTable::builder(Route::default())
+        .route("GET /price/{sku}", Route::default())
+        .build()
+        .unwrap();
+    let policy = metrics::with_local_recorder(&recorder, || {
+        Policy::builder("shop")
+            .routes(routes)
+            .circuit_breaker(CircuitBreakerConfig::builder("shop").build().unwrap())
+            .fallback(
+                Fallback::new(|ctx| {
+                    assert_eq!(ctx.policy(), "shop");
+                    assert!(ctx.error().downcast_ref::<CircuitOpen>().is_some());
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .header("x-fallback", ctx.reason().as_str())
+                        .header("x-route", ctx.route())
+                        .body(Bytes::from_static(b"stale"))
+                        .unwrap()
+                })
+                .route("GET /price/{sku}"),
+            )
+            .build()
+            .unwrap()
+    });
+    policy.breaker_handle().unwrap().force_open();
+    let svc = policy.layer(ok_service());
+
+    let response = svc.clone().oneshot(get("/price/42")).await.unwrap();
+    assert_eq!(response.headers()["x-fallback"], "circuit_open");
+    assert_eq!(response.headers()["x-route"], "GET /price/{sku}");
+    assert!(response.body().is_fallback());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "stale");
+
+    // Another route fails fast.
+    let err = svc.oneshot(get("/checkout")).await.unwrap_err();
+    assert!(err.downcast_ref::<CircuitOpen>().is_some());
+
+    let counted: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, ..)| key.key().name() == FALLBACKS_TOTAL)
+        .filter_map(|(key, _, _, value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) if n > 0 => Some((
+                key.key()
+                    .labels()
+                    .find(|l| l.key() == "reason")
+                    .map(|l| l.value().to_owned()),
+                n,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counted, [(Some("circuit_open".to_owned()), 1)]);
+}
+
+#[tokio::test]
+async fn fallbacks_leave_other_errors_alone_unless_asked() {
+    let failing = service_fn(|_req: Req| async {
+        Err::<Response<Empty<Bytes>>, _>(std::io::Error::other("dependency broke"))
+    });
+    let fallback = || Fallback::new(|_| Response::new(Bytes::from_static(b"fb"))).all_routes();
+    let policy = Policy::builder("p").fallback(fallback()).build().unwrap();
+    let err = policy.layer(failing).oneshot(get("/")).await.unwrap_err();
+    assert_eq!(err.to_string(), "dependency broke");
+
+    let policy = Policy::builder("p")
+        .fallback(fallback().other_errors(true))
+        .build()
+        .unwrap();
+    let response = policy.layer(failing).oneshot(get("/")).await.unwrap();
+    assert!(response.body().is_fallback());
+}
+
+#[tokio::test]
+async fn an_overloaded_limit_can_fall_back() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(rx)));
+    let slow = service_fn(move |_req: Req| {
+        let rx = rx.clone();
+        async move {
+            if let Some(rx) = rx.lock().await.take() {
+                let _ = rx.await;
+            }
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        }
+    });
+    let policy = Policy::builder("p")
+        .concurrency_limit(1)
+        .fallback(
+            Fallback::new(|ctx| Response::new(Bytes::from(ctx.reason().as_str())))
+                .all_routes()
+                .reasons(&[FallbackReason::Overloaded]),
+        )
+        .build()
+        .unwrap();
+    let mut svc = policy.layer(slow);
+    let first = svc.ready().await.unwrap().call(get("/"));
+    let first = tokio::spawn(first);
+    tokio::task::yield_now().await;
+    // The first call holds the only permit.
+    let response = svc.ready().await.unwrap().call(get("/")).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "overloaded");
+    tx.send(()).unwrap();
+    assert!(first.await.unwrap().is_ok());
+    assert_eq!(policy.limit_handle().unwrap().in_flight(), 0);
+    let _ = Overloaded::new(1, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ramp_starts_when_the_breaker_closes() {
+    let policy = Policy::builder("p")
+        .circuit_breaker(CircuitBreakerConfig::builder("p").build().unwrap())
+        .concurrency_limit(100)
+        .recovery_ramp(RecoveryRamp::new(10, Duration::from_secs(10)))
+        .build()
+        .unwrap();
+    assert!(policy.has_recovery_ramp());
+    let breaker = policy.breaker_handle().unwrap();
+    let limit = policy.limit_handle().unwrap();
+    let svc = policy.layer(ok_service());
+    breaker.force_open();
+    assert_eq!(limit.limit(), 100);
+    breaker.reset();
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(limit.limit(), 10, "a close starts the ramp low");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    svc.clone().oneshot(get("/")).await.unwrap();
+    assert_eq!(limit.limit(), 55, "calls move the ramp forward");
+    tokio::time::advance(Duration::from_secs(5)).await;
+    svc.oneshot(get("/")).await.unwrap();
+    assert_eq!(limit.limit(), 100);
+}
+
+#[tokio::test]
+async fn keyed_breakers_open_per_key() {
+    let policy = Policy::builder("p")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder("p")
+                .count_window(4)
+                .minimum_calls(2)
+                .build()
+                .unwrap(),
+        )
+        .breaker_key(KeyBy::Host)
+        .build()
+        .unwrap();
+    let failing_b = service_fn(|req: Req| async move {
+        let status = if req.uri().host() == Some("b.example") {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        Ok::<_, Infallible>(
+            Response::builder()
+                .status(status)
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        )
+    });
+    let svc = policy.layer(failing_b);
+    for _ in 0..3 {
+        let _ = svc.clone().oneshot(get("http://b.example/")).await;
+        svc.clone().oneshot(get("http://a.example/")).await.unwrap();
+    }
+    let err = svc
+        .clone()
+        .oneshot(get("http://b.example/"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.downcast_ref::<CircuitOpen>().unwrap().key(),
+        Some("b.example")
+    );
+    assert!(svc.oneshot(get("http://a.example/")).await.is_ok());
+    let handle = policy.keyed_breaker_handle().unwrap();
+    assert_eq!(handle.len(), 2);
+}
+
+#[tokio::test]
+async fn every_layer_runs_and_counts_one_call() {
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = calls.clone();
+    let svc = service_fn(move |_req: Req| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))) }
+    });
+    let policy = Policy::builder("all")
+        .timeout(Duration::from_secs(1))
+        .concurrency_limit(4)
+        .circuit_breaker(CircuitBreakerConfig::builder("all").build().unwrap())
+        .retry_budget(RetryConfig::builder().name("all").build().unwrap())
+        .build()
+        .unwrap();
+    let response = policy.layer(svc).oneshot(get("/")).await.unwrap();
+    assert_eq!(
+        response.into_body().collect().await.unwrap().to_bytes(),
+        "ok"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(policy.retry_budget().unwrap().snapshot().requests, 1);
+    assert_eq!(policy.limit_handle().unwrap().in_flight(), 0);
+    assert_eq!(policy.breaker_handle().unwrap().snapshot().window.calls, 1);
+}
+
+/// Compile-time: services and futures are `Send + 'static`, and the policy is a `Layer` of
+/// `ServiceBuilder`.
+#[allow(dead_code)]
+fn bounds() {
+    fn send<T: Send + Sync + 'static>(_: &T) {}
+    fn send_future<F: Future + Send + 'static>(_: F) {}
+    let policy = Policy::builder("p").build().unwrap();
+    send(&policy);
+    let mut svc = tower::ServiceBuilder::new()
+        .layer(policy)
+        .service(ok_service());
+    send_future(svc.call(get("/")));
+}
