@@ -16,9 +16,10 @@ use tower_service::Service;
 /// Bounds every call by its route's timeout and by the caller's deadline, if any.
 ///
 /// Built by [`TimeoutLayer`](crate::TimeoutLayer); see the [crate docs](crate) for the
-/// behaviour. Fails with [`Elapsed`](crate::error::Elapsed) when a call (or its response
-/// body) runs out of time, and with [`DeadlineExceeded`](crate::error::DeadlineExceeded),
-/// without calling the inner service, when the deadline had already passed.
+/// behaviour. Fails with [`Elapsed`](crate::error::Elapsed) when a call gets no response
+/// in time, and with [`DeadlineExceeded`](crate::error::DeadlineExceeded), without calling
+/// the inner service, when the deadline had already passed. The response itself passes
+/// through untouched (bound its body with [`BodyTimeout`]).
 #[derive(Debug, Clone)]
 pub struct Timeout<S, C> {
     inner: S,
