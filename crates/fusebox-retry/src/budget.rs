@@ -20,6 +20,17 @@
 //! withdrawal more conservative, never less. All arithmetic is in integers: the ratio is
 //! kept in thousandths (a request deposits `ratio × 1000` units, a retry costs `1000`).
 //!
+//! # Deposits without a clock read
+//!
+//! Reading the clock costs more than counting (DESIGN.md), so [`RetryBudget::deposit`]
+//! does not read it: it adds to a pending count (one atomic add), and every
+//! [`PLACE_EVERY`]th deposit — or any withdrawal, outcome record or snapshot, which read the
+//! clock anyway — places the pending deposits into a bucket. They are placed in the bucket
+//! of the *previous* placement, the earliest time any of them can have happened, so they
+//! leave the window no later than they really would: the budget may count fewer deposits
+//! than there were (after a long quiet spell, up to `PLACE_EVERY - 1` of them may be
+//! dropped as too old), never more. [`RetryBudget::deposit_at`] places at once, exactly.
+//!
 //! # Buckets
 //!
 //! The window is [`BUCKETS`] buckets of `ttl / BUCKETS` each. Each counter stores its
@@ -42,6 +53,9 @@ use std::time::Duration;
 
 /// The number of buckets in the window (each covers `ttl / BUCKETS`).
 pub const BUCKETS: usize = 10;
+
+/// The healthy path places its pending deposits into a bucket every this many deposits.
+pub const PLACE_EVERY: u64 = 64;
 
 /// Units of one retry; a request deposits `ratio × SCALE` units.
 const SCALE: u64 = 1000;
@@ -150,6 +164,10 @@ pub struct RetryBudget {
     reserve_units: u64,
     cutoff: Option<Cutoff>,
     slots: [Slot; BUCKETS],
+    /// Deposits not yet placed in a bucket.
+    pending: AtomicU64,
+    /// When pending deposits were last placed: no pending deposit is older.
+    placed: Mutex<Nanos>,
     /// Serialises withdrawals: the check and the record happen under it.
     withdraw: Mutex<()>,
 }
@@ -176,6 +194,8 @@ impl RetryBudget {
                 minimum_calls: u64::from(config.cutoff_minimum_calls()),
             }),
             slots: Default::default(),
+            pending: AtomicU64::new(0),
+            placed: Mutex::new(clock.now()),
             withdraw: Mutex::new(()),
         }
     }
@@ -206,17 +226,35 @@ impl RetryBudget {
             .sum()
     }
 
-    /// Records a request: one deposit. The healthy path's only write.
+    /// Records a request: one deposit, the healthy path's only write. One atomic add; the
+    /// clock is read once every [`PLACE_EVERY`] deposits (see the module docs).
     #[inline]
     pub fn deposit(&self) {
-        self.deposit_at(self.clock.now());
+        let pending = self.pending.fetch_add(1, Ordering::Relaxed) + 1;
+        if pending.is_multiple_of(PLACE_EVERY) {
+            self.place(self.clock.now());
+        }
     }
 
-    /// [`deposit`](RetryBudget::deposit) at `now`.
+    /// Records a request made at `now`, placed in its bucket at once.
     #[inline]
     pub fn deposit_at(&self, now: Nanos) {
         let epoch = self.epoch(now);
         self.slot(epoch).requests.add(epoch, 1);
+    }
+
+    /// Places the pending deposits in the bucket of the previous placement (the earliest
+    /// time any of them can have been made), and notes `now` as this placement's time.
+    fn place(&self, now: Nanos) {
+        let mut placed = self.placed.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = self.pending.swap(0, Ordering::AcqRel);
+        if pending > 0 {
+            let epoch = self.epoch(*placed);
+            let count = u32::try_from(pending).unwrap_or(u32::MAX);
+            self.slot(epoch).requests.add(epoch, count);
+        }
+        // `now` was read before the lock: a later placement may already have moved on.
+        *placed = (*placed).max(now);
     }
 
     /// Takes one retry from the budget if it allows one; `false` leaves the budget as it was.
@@ -226,6 +264,7 @@ impl RetryBudget {
 
     /// [`try_withdraw`](RetryBudget::try_withdraw) at `now`.
     pub fn try_withdraw_at(&self, now: Nanos) -> bool {
+        self.place(now);
         let epoch = self.epoch(now);
         let _serialised = self.withdraw.lock().unwrap_or_else(PoisonError::into_inner);
         if self.available_in(epoch) == 0 {
@@ -255,6 +294,7 @@ impl RetryBudget {
 
     /// [`record`](RetryBudget::record) at `now`.
     pub fn record_at(&self, outcome: Outcome, now: Nanos) {
+        self.place(now);
         let epoch = self.epoch(now);
         match outcome {
             Outcome::Success => {}
@@ -273,6 +313,7 @@ impl RetryBudget {
         let Some(cutoff) = self.cutoff else {
             return false;
         };
+        self.place(now);
         let epoch = self.epoch(now);
         let failures = self.sum(epoch, |s| &s.failures);
         if failures == 0 {
@@ -291,6 +332,7 @@ impl RetryBudget {
 
     /// [`snapshot`](RetryBudget::snapshot) at `now`.
     pub fn snapshot_at(&self, now: Nanos) -> BudgetSnapshot {
+        self.place(now);
         let epoch = self.epoch(now);
         BudgetSnapshot {
             requests: self.sum(epoch, |s| &s.requests),
@@ -416,6 +458,35 @@ mod tests {
             u64::from(u32::MAX),
             "saturates, never carries into the tag"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn clockless_deposits_are_placed_no_later_than_made() {
+        let b = budget(0.5, 0, 10, None);
+        for _ in 0..10 {
+            b.deposit();
+        }
+        // Placed when read: 10 deposits at t = 0.
+        assert_eq!(b.snapshot().requests, 10);
+        assert_eq!(b.snapshot().available, 5);
+        // 100 deposits at t = 3 s: the 64th places the 64 pending ones at the previous
+        // placement (t = 0), the rest wait.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        for _ in 0..100 {
+            b.deposit();
+        }
+        let t0 = b.snapshot_at(Nanos(9 * SEC));
+        assert_eq!(t0.requests, 110, "all inside the window at 9 s");
+        // At 10 s the t = 0 bucket leaves: the 74 placed there go, although 64 of them were
+        // made at 3 s (the conservative side); the 36 placed at 3 s stay.
+        assert_eq!(b.snapshot_at(Nanos(10 * SEC)).requests, 36);
+        // After a quiet spell longer than the window, pending deposits are dropped rather
+        // than counted as recent.
+        for _ in 0..5 {
+            b.deposit();
+        }
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(b.snapshot().requests, 0);
     }
 
     #[derive(Debug, Clone)]

@@ -8,7 +8,7 @@
 use crate::error::{BodyExceedsSizeHint, BoxError, is_fusebox_rejection};
 use crate::replay::{Buffered, ReplayBody};
 use crate::service::{Shared, attempt_span};
-use fusebox_classify::{CallMeta, Classified, Classifier, Deadline, Outcome, RetryHint};
+use fusebox_classify::{CallMeta, Classified, Classifier, Deadline, Outcome, RetryHint, Verdict};
 use http::{Request, Response, request};
 use http_body::Body;
 use pin_project::pin_project;
@@ -45,6 +45,7 @@ pub(crate) struct Replay<S, D> {
 }
 
 impl<S, D> Replay<S, D> {
+    #[inline]
     pub(crate) fn new(service: S, parts: request::Parts, buffer: Buffered<D>) -> Self {
         Replay {
             service,
@@ -81,12 +82,13 @@ where
     body: Option<B>,
     #[pin]
     primary: Option<S::Future>,
-    #[pin]
-    hedge: Option<S::Future>,
-    #[pin]
-    timer: Option<Sleep>,
+    /// The hedge in flight. Boxed: only hedged requests have one (a whole extra request),
+    /// and inline it would make every healthy call's future larger to move.
+    hedge: Option<Pin<Box<HedgeAttempt<S::Future>>>>,
+    /// The backoff or hedge timer. Boxed: only retries and hedges need one, and inline it
+    /// would make every healthy call's future larger to move.
+    timer: Option<Pin<Box<Sleep>>>,
     primary_span: Span,
-    hedge_span: Span,
     phase: Phase,
     shared: Arc<Shared<C>>,
     meta: CallMeta,
@@ -113,32 +115,61 @@ where
     S: Service<Request<ReplayBody<B>>>,
     B: Body,
 {
-    /// The first attempt is in flight.
-    pub(crate) fn running(
+    /// The first attempt is in flight; the request will not be repeated.
+    #[inline]
+    pub(crate) fn once(
         future: S::Future,
         span: Span,
         shared: Arc<Shared<C>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
-        mut replay: Option<Replay<S, B::Data>>,
     ) -> Self {
-        let mut timer = None;
-        if let Some(r) = &mut replay {
-            r.attempts = 1;
-            timer = arm_hedge(&shared, &meta, r);
+        ResponseFuture {
+            body: None,
+            primary: Some(future),
+            hedge: None,
+            timer: None,
+            primary_span: span,
+            phase: Phase::Running,
+            shared,
+            meta,
+            deadline,
+            replay: None,
         }
+    }
+
+    /// The first attempt of a request with an empty body is in flight; `service` and
+    /// `parts` make the next ones.
+    #[inline(always)]
+    pub(crate) fn repeatable(
+        future: S::Future,
+        span: Span,
+        shared: Arc<Shared<C>>,
+        meta: CallMeta,
+        deadline: Option<Deadline>,
+        service: S,
+        parts: request::Parts,
+    ) -> Self {
+        // One struct literal in return position, so that it is built in place: this runs
+        // on every healthy call.
+        let (timer, hedge) = first_hedge(&shared, &meta);
         ResponseFuture {
             body: None,
             primary: Some(future),
             hedge: None,
             timer,
             primary_span: span,
-            hedge_span: Span::none(),
             phase: Phase::Running,
             shared,
             meta,
             deadline,
-            replay,
+            replay: Some(Replay {
+                service,
+                parts,
+                buffer: Buffered::default(),
+                attempts: 1,
+                hedge,
+            }),
         }
     }
 
@@ -156,7 +187,6 @@ where
             hedge: None,
             timer: None,
             primary_span: Span::none(),
-            hedge_span: Span::none(),
             phase: Phase::Buffering,
             shared,
             meta,
@@ -166,12 +196,23 @@ where
     }
 }
 
+/// The hedge timer of a first attempt, and the hedge state to go with it.
+#[inline]
+fn first_hedge<C>(shared: &Shared<C>, meta: &CallMeta) -> (Option<Pin<Box<Sleep>>>, Hedge) {
+    match shared.config.hedge_delay() {
+        Some(delay) if meta.idempotent() && shared.config.max_attempts() > 1 => {
+            (Some(Box::pin(tokio::time::sleep(delay))), Hedge::Armed)
+        }
+        _ => (None, Hedge::Idle),
+    }
+}
+
 /// Starts the hedge timer if this request may be hedged now.
 fn arm_hedge<C, S, D>(
     shared: &Shared<C>,
     meta: &CallMeta,
     replay: &mut Replay<S, D>,
-) -> Option<Sleep> {
+) -> Option<Pin<Box<Sleep>>> {
     let delay = shared.config.hedge_delay()?;
     if replay.hedge != Hedge::Idle
         || !meta.idempotent()
@@ -180,59 +221,91 @@ fn arm_hedge<C, S, D>(
         return None;
     }
     replay.hedge = Hedge::Armed;
-    Some(tokio::time::sleep(delay))
+    Some(Box::pin(tokio::time::sleep(delay)))
+}
+
+/// A hedge attempt and its span.
+#[pin_project]
+struct HedgeAttempt<F> {
+    #[pin]
+    future: F,
+    span: Span,
+}
+
+impl<F: Future> Future for HedgeAttempt<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        this.future.poll(cx)
+    }
 }
 
 /// What to do with one attempt's result.
-enum Step<T> {
+enum Step {
     /// This is the answer.
-    Return(Result<T, BoxError>),
+    Return,
     /// A retryable failure while another attempt is still in flight: wait for that one.
     Discard,
     /// Retry after this delay (already taken from the budget).
     Retry(Duration),
 }
 
-/// Classifies an attempt's result, records it, and decides.
-fn decide<C, S, D, ResB, E>(
+/// Classifies an attempt's result and decides. A success returns at once: that is the
+/// healthy path, and it records nothing (the request's deposit counted the attempt).
+#[inline]
+fn decide<C, S, D, ResB>(
     shared: &Shared<C>,
     meta: &CallMeta,
     deadline: Option<Deadline>,
     replay: Option<&Replay<S, D>>,
     other_in_flight: bool,
-    result: Result<Response<ResB>, E>,
-) -> Step<Response<ResB>>
+    result: &Result<Response<ResB>, BoxError>,
+) -> Step
 where
     C: Classifier,
-    E: Into<BoxError>,
 {
     let routes = &shared.routes;
     let call = meta.call(routes);
     let classifier = routes.route(meta.route()).classifier();
-    let (verdict, result) = match result {
+    let verdict = match result {
         Ok(response) => {
             match classifier.classify_response(&call, response.status(), response.headers()) {
-                Classified::Ready(verdict) => (Some(verdict), Ok(response)),
+                Classified::Ready(verdict) => verdict,
                 // Decided by the trailers: the answer is streaming to the caller already,
                 // so it cannot be retried, and it is not counted by the cut-off.
-                Classified::AtEndOfStream => (None, Ok(response)),
+                Classified::AtEndOfStream => return Step::Return,
             }
         }
         Err(error) => {
-            let error: BoxError = error.into();
-            let mut verdict = classifier.classify_error(&call, &*error);
-            if is_fusebox_rejection(&*error) {
-                verdict = verdict.with_retry(RetryHint::Never);
+            let verdict = classifier.classify_error(&call, &**error);
+            if is_fusebox_rejection(&**error) {
+                verdict.with_retry(RetryHint::Never)
+            } else {
+                verdict
             }
-            (Some(verdict), Err(error))
         }
     };
-    let Some(verdict) = verdict else {
-        return Step::Return(result);
-    };
-    if verdict.outcome() != Outcome::Success {
-        shared.budget.record(verdict.outcome());
+    if verdict.outcome() == Outcome::Success {
+        return Step::Return;
     }
+    after_failure(shared, meta, deadline, replay, other_in_flight, verdict)
+}
+
+/// The rest of [`decide`] for an attempt that did not succeed: record it, and retry if the
+/// request, the hint and the budget allow.
+#[cold]
+#[inline(never)]
+fn after_failure<C, S, D>(
+    shared: &Shared<C>,
+    meta: &CallMeta,
+    deadline: Option<Deadline>,
+    replay: Option<&Replay<S, D>>,
+    other_in_flight: bool,
+    verdict: Verdict,
+) -> Step {
+    shared.budget.record(verdict.outcome());
     let hint = verdict.retry();
     let wanted = match hint {
         RetryHint::Never => false,
@@ -240,7 +313,7 @@ where
         RetryHint::Retryable | RetryHint::After(_) => meta.idempotent(),
     };
     let Some(replay) = replay.filter(|_| wanted) else {
-        return Step::Return(result);
+        return Step::Return;
     };
     if other_in_flight {
         return Step::Discard;
@@ -249,7 +322,7 @@ where
         Ok(delay) => Step::Retry(delay),
         Err(refusal) => {
             shared.refused(refusal, replay.attempts);
-            Step::Return(result)
+            Step::Return
         }
     }
 }
@@ -329,15 +402,15 @@ where
                     *this.primary_span = span;
                     if replay.hedge == Hedge::Idle {
                         let timer = arm_hedge(this.shared, this.meta, replay);
-                        this.timer.set(timer);
+                        *this.timer = timer;
                     }
                     *this.phase = Phase::Running;
                 }
                 Phase::Backoff => {
-                    if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-                        ready!(timer.poll(cx));
+                    if let Some(timer) = this.timer.as_mut() {
+                        ready!(timer.as_mut().poll(cx));
                     }
-                    this.timer.set(None);
+                    *this.timer = None;
                     *this.phase = Phase::Send { ready: false };
                 }
                 Phase::Running => {
@@ -349,25 +422,31 @@ where
                         };
                         if let Poll::Ready(result) = polled {
                             this.primary.set(None);
+                            let result = result.map_err(Into::into);
                             let step = decide(
                                 this.shared,
                                 this.meta,
                                 *this.deadline,
                                 this.replay.as_ref(),
                                 this.hedge.is_some(),
-                                result,
+                                &result,
                             );
                             match step {
-                                Step::Return(answer) => {
+                                Step::Return => {
                                     *this.phase = Phase::Done;
-                                    // Cancels a hedge still in flight.
-                                    this.hedge.set(None);
-                                    this.timer.set(None);
-                                    return Poll::Ready(answer);
+                                    // Cancels a hedge still in flight (checked first: the
+                                    // healthy path has neither, and skips the drop calls).
+                                    if this.hedge.is_some() {
+                                        *this.hedge = None;
+                                    }
+                                    if this.timer.is_some() {
+                                        *this.timer = None;
+                                    }
+                                    return Poll::Ready(result);
                                 }
                                 Step::Discard => {}
                                 Step::Retry(delay) => {
-                                    this.timer.set(Some(tokio::time::sleep(delay)));
+                                    *this.timer = Some(Box::pin(tokio::time::sleep(delay)));
                                     // A hedge whose timer had not fired yet may hedge the
                                     // retry instead; one already granted counts as spent.
                                     if let Some(replay) = this.replay.as_mut() {
@@ -384,32 +463,30 @@ where
                         }
                     }
                     // The hedge.
-                    if let Some(future) = this.hedge.as_mut().as_pin_mut() {
-                        let polled = {
-                            let _entered = this.hedge_span.enter();
-                            future.poll(cx)
-                        };
+                    if let Some(hedge) = this.hedge.as_mut() {
+                        let polled = hedge.as_mut().poll(cx);
                         if let Poll::Ready(result) = polled {
-                            this.hedge.set(None);
+                            *this.hedge = None;
+                            let result = result.map_err(Into::into);
                             let step = decide(
                                 this.shared,
                                 this.meta,
                                 *this.deadline,
                                 this.replay.as_ref(),
                                 this.primary.is_some(),
-                                result,
+                                &result,
                             );
                             match step {
-                                Step::Return(answer) => {
+                                Step::Return => {
                                     *this.phase = Phase::Done;
                                     // Cancels the primary attempt still in flight.
                                     this.primary.set(None);
-                                    this.timer.set(None);
-                                    return Poll::Ready(answer);
+                                    *this.timer = None;
+                                    return Poll::Ready(result);
                                 }
                                 Step::Discard => {}
                                 Step::Retry(delay) => {
-                                    this.timer.set(Some(tokio::time::sleep(delay)));
+                                    *this.timer = Some(Box::pin(tokio::time::sleep(delay)));
                                     *this.phase = Phase::Backoff;
                                     continue;
                                 }
@@ -421,10 +498,10 @@ where
                     };
                     // The hedge timer.
                     if replay.hedge == Hedge::Armed {
-                        if let Some(timer) = this.timer.as_mut().as_pin_mut() {
-                            ready!(timer.poll(cx));
+                        if let Some(timer) = this.timer.as_mut() {
+                            ready!(timer.as_mut().poll(cx));
                         }
-                        this.timer.set(None);
+                        *this.timer = None;
                         replay.hedge = match this.shared.plan_hedge(replay.attempts, *this.deadline)
                         {
                             Ok(()) => Hedge::Wanted,
@@ -454,8 +531,7 @@ where
                                     replay.buffer.replay(),
                                 );
                                 let future = span.in_scope(|| replay.service.call(attempt));
-                                this.hedge.set(Some(future));
-                                *this.hedge_span = span;
+                                *this.hedge = Some(Box::pin(HedgeAttempt { future, span }));
                                 // Poll the hedge once so that it registers its waker.
                                 continue;
                             }

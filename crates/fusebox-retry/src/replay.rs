@@ -31,7 +31,8 @@ enum Chunks<D> {
 #[derive(Clone)]
 pub(crate) struct Buffered<D> {
     chunks: Chunks<D>,
-    trailers: Option<HeaderMap>,
+    // Boxed: request trailers are rare, and this travels in every retryable request's future.
+    trailers: Option<Box<HeaderMap>>,
     len: u64,
 }
 
@@ -72,7 +73,7 @@ impl<D: Buf + Clone> Buffered<D> {
 
     /// Sets the trailers.
     pub(crate) fn set_trailers(&mut self, trailers: HeaderMap) {
-        self.trailers = Some(trailers);
+        self.trailers = Some(Box::new(trailers));
     }
 
     /// A body that plays the buffer back.
@@ -136,7 +137,7 @@ enum Kind<B: Body> {
     Empty,
     Replay {
         chunks: Replaying<B::Data>,
-        trailers: Option<HeaderMap>,
+        trailers: Option<Box<HeaderMap>>,
         remaining: u64,
     },
     Streaming {
@@ -200,7 +201,7 @@ impl<B: Body> Body for ReplayBody<B> {
                     *remaining = remaining.saturating_sub(chunk.remaining() as u64);
                     return Poll::Ready(Some(Ok(Frame::data(chunk))));
                 }
-                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(*t))))
             }
             KindProj::Streaming { body } => body.poll_frame(cx),
         }

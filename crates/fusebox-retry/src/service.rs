@@ -276,6 +276,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let shared = &self.shared;
         shared.budget.deposit();
@@ -292,14 +293,14 @@ where
             let span = attempt_span(1);
             let attempt = Request::from_parts(parts.clone(), ReplayBody::empty());
             let future = span.in_scope(|| self.inner.call(attempt));
-            let replay = Replay::new(service, parts, Buffered::default());
-            return ResponseFuture::running(
+            return ResponseFuture::repeatable(
                 future,
                 span,
                 Arc::clone(shared),
                 meta,
                 deadline,
-                Some(replay),
+                service,
+                parts,
             );
         }
         let cap = shared.config.max_replay_body_bytes() as u64;
@@ -315,6 +316,6 @@ where
         let span = attempt_span(1);
         let attempt = Request::from_parts(parts, ReplayBody::streaming(body));
         let future = span.in_scope(|| self.inner.call(attempt));
-        ResponseFuture::running(future, span, Arc::clone(shared), meta, deadline, None)
+        ResponseFuture::once(future, span, Arc::clone(shared), meta, deadline)
     }
 }

@@ -270,7 +270,8 @@ async fn the_deadline_bounds_the_backoff() {
 async fn headers_and_extensions_reach_every_attempt() {
     #[derive(Clone, Debug, PartialEq)]
     struct Tenant(&'static str);
-    let heads: Arc<Mutex<Vec<(HeaderMap, Option<Tenant>)>>> = Arc::default();
+    type Heads = Arc<Mutex<Vec<(HeaderMap, Option<Tenant>)>>>;
+    let heads: Heads = Arc::default();
     let log = Arc::clone(&heads);
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = layer(config()).layer(tower::service_fn(
