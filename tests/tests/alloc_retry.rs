@@ -1,0 +1,160 @@
+//! A healthy call through fusebox's Retry allocates nothing when the request's body is empty.
+//!
+//! Its own test binary, because it installs a counting global allocator (stats_alloc's: the
+//! workspace forbids `unsafe`, which a hand-written `GlobalAlloc` needs). The calls run on a
+//! current-thread runtime on this thread; after a warm-up (which fills lazily grown buffers
+//! such as the runtime's), every allocation made during the measured calls is a failure.
+//!
+//! What the layer does per call here: a budget deposit (and, every 64th call, placing the
+//! pending deposits under a short lock), a route lookup, a clone of the request head kept for
+//! a possible retry, the empty replay body, the per-attempt span (disabled: no subscriber),
+//! the classification of the answer. Requests are built before counting with absolute URIs,
+//! as a client sends them (building a request allocates). Cloning a head that carries headers
+//! or extensions allocates their copies, as any retry layer's must (tower's `clone_request`
+//! does the same); the head here has none.
+
+use bytes::Bytes;
+use fusebox_classify::{Route, RouteTable};
+use fusebox_retry::{ReplayBody, RetryBudgetLayer, RetryConfig};
+use http::{Request, Response, StatusCode};
+use http_body_util::Empty;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use std::alloc::System;
+use std::convert::Infallible;
+use std::hint::black_box;
+use tower::{Layer, Service, ServiceExt};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const CALLS: usize = 10_000;
+const WARM_UP: usize = 1_000;
+
+type Body = Empty<Bytes>;
+
+fn layer(routes: RouteTable) -> RetryBudgetLayer {
+    RetryBudgetLayer::new(
+        RetryConfig::builder()
+            .seed(Some(1))
+            .build()
+            .expect("a valid config"),
+        routes,
+    )
+}
+
+fn routed() -> RouteTable {
+    RouteTable::builder(Route::default())
+        .route("GET /users/{id}", Route::default())
+        .route("/pkg.Ledger/{*method}", Route::default().retry(false))
+        .build()
+        .expect("a valid table")
+}
+
+/// Empty-body requests for every kind of route (matched with a parameter, matched with
+/// retries off, unmatched) and methods (GET, DELETE, a POST that is never repeated).
+fn requests(n: usize) -> Vec<Request<Body>> {
+    let targets = [
+        (http::Method::GET, "http://127.0.0.1:8080/users/42"),
+        (http::Method::POST, "http://127.0.0.1:8080/pkg.Ledger/Post"),
+        (http::Method::DELETE, "http://127.0.0.1:8080/health"),
+    ];
+    (0..n)
+        .map(|i| {
+            let (method, uri) = &targets[i % targets.len()];
+            Request::builder()
+                .method(method.clone())
+                .uri(*uri)
+                .body(Empty::new())
+                .expect("a valid request")
+        })
+        .collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
+async fn drive<S>(service: &mut S, requests: Vec<Request<Body>>)
+where
+    S: Service<Request<Body>>,
+    S::Error: std::fmt::Debug,
+{
+    for request in requests {
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(request)
+            .await
+            .expect("a healthy call");
+        black_box(response);
+    }
+}
+
+fn assert_no_allocations<S>(mut service: S, what: &str)
+where
+    S: Service<Request<Body>>,
+    S::Error: std::fmt::Debug,
+{
+    let rt = runtime();
+    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
+    rt.block_on(async {
+        drive(&mut service, warm_up).await;
+        let region = Region::new(GLOBAL);
+        drive(&mut service, measured).await;
+        let change = region.change();
+        assert_eq!(
+            (change.allocations, change.reallocations),
+            (0, 0),
+            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
+            change.allocations,
+            change.reallocations,
+            change.bytes_allocated,
+        );
+    });
+}
+
+fn ok(_: Request<ReplayBody<Body>>) -> std::future::Ready<Result<Response<Body>, Infallible>> {
+    std::future::ready(Ok(Response::new(Empty::new())))
+}
+
+#[test]
+fn healthy_calls_with_empty_bodies_allocate_nothing() {
+    // The inner call is ready at once.
+    assert_no_allocations(
+        layer(RouteTable::default()).layer(tower::service_fn(ok)),
+        "default routes",
+    );
+    assert_no_allocations(layer(routed()).layer(tower::service_fn(ok)), "three routes");
+
+    // The inner call yields once before answering.
+    let pending_once = tower::service_fn(|_: Request<ReplayBody<Body>>| async {
+        tokio::task::yield_now().await;
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    });
+    assert_no_allocations(layer(routed()).layer(pending_once), "inner pending once");
+
+    // The counter really counts: a retry (a 503 first) boxes its backoff timer.
+    // (One test function: the counter is global, and tests in one binary run in parallel.)
+    let rt = runtime();
+    rt.block_on(async {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let flaky = tower::service_fn(|_: Request<ReplayBody<Body>>| {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut response = Response::new(Empty::<Bytes>::new());
+            if n == 0 {
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            }
+            std::future::ready(Ok::<_, Infallible>(response))
+        });
+        let service = layer(RouteTable::default()).layer(flaky);
+        let request = requests(1).pop().expect("a request");
+        let region = Region::new(GLOBAL);
+        let response = service.oneshot(request).await.expect("an answer");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(region.change().allocations > 0);
+    });
+}
