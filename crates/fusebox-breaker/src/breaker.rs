@@ -11,10 +11,12 @@ use fusebox_classify::{
     Verdict,
 };
 use http::{HeaderMap, StatusCode};
+use std::cell::Cell;
 use std::error::Error;
 use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 pub(crate) struct Breaker<C, St> {
     pub(crate) table: RouteTable<C>,
@@ -62,10 +64,22 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
-    /// Admits a call or says why not. Reads the clock only when the route measures slowness
-    /// (or the breaker is not closed).
+    /// Admits a call or says why not, the call's guard holding the breaker itself (keyed
+    /// breakers: their eviction counts the calls in flight on a key's breaker).
     #[inline]
     pub(crate) fn admit(self: &Arc<Self>, meta: CallMeta) -> Result<Guard<C, St>, CircuitOpen> {
+        self.admit_with(meta, || Owner::Breaker(Arc::clone(self)))
+    }
+
+    /// Admits a call or says why not; `owner` makes what keeps the breaker alive while the
+    /// call is in flight. Reads the clock only when the route measures slowness (or the
+    /// breaker is not closed).
+    #[inline]
+    pub(crate) fn admit_with(
+        &self,
+        meta: CallMeta,
+        owner: impl FnOnce() -> Owner<C, St>,
+    ) -> Result<Guard<C, St>, CircuitOpen> {
         match self.store.acquire() {
             Ok(permit) => {
                 let start = (self
@@ -75,7 +89,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
                     .is_some())
                 .then(|| self.clock.now());
                 Ok(Guard {
-                    breaker: Arc::clone(self),
+                    breaker: owner(),
                     permit,
                     meta,
                     start,
@@ -98,10 +112,101 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     }
 }
 
+/// What keeps a breaker alive while one of its calls is in flight: a reference count that
+/// the call takes at admission and gives back when its result is in.
+pub(crate) enum Owner<C, St> {
+    /// One of the breaker's [`Leases`]: the plain service's calls.
+    Lease(Arc<Lease<C, St>>),
+    /// The breaker itself: a keyed breaker's calls, which its idle eviction counts.
+    Breaker(Arc<Breaker<C, St>>),
+}
+
+impl<C, St> Deref for Owner<C, St> {
+    type Target = Breaker<C, St>;
+
+    #[inline]
+    fn deref(&self) -> &Breaker<C, St> {
+        match self {
+            Owner::Lease(lease) => &lease.breaker,
+            Owner::Breaker(breaker) => breaker,
+        }
+    }
+}
+
+/// A breaker and its leases: what a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
+/// its services share.
+///
+/// # Why leases
+///
+/// A call's response future must keep the breaker alive until it has recorded the result,
+/// so every call takes a reference count and gives it back: two atomic read-modify-writes.
+/// Were that the breaker's own count, every task calling the dependency would write to the
+/// same cache line twice per call, and with two or more threads the line would bounce
+/// between cores on every call — costing more than all the breaker's own work (see
+/// `benches/benches/breaker.rs`). Instead the breaker is reached through a few leases, each
+/// its own reference-counted allocation on its own cache lines, and a call takes the lease
+/// of the thread it is admitted on: threads count on different lines and never contend.
+/// The leases hold the breaker, not the other way round, so there is no cycle and the
+/// breaker is dropped with the last layer, service and call.
+pub(crate) struct Leases<C, St> {
+    pub(crate) breaker: Arc<Breaker<C, St>>,
+    /// A power of two of them.
+    leases: Box<[Arc<Lease<C, St>>]>,
+}
+
+/// One lease on a breaker. Aligned so that two leases' reference counts never share a
+/// cache line (nor the adjacent line, which some CPUs prefetch in pairs).
+#[repr(align(128))]
+pub(crate) struct Lease<C, St> {
+    breaker: Arc<Breaker<C, St>>,
+}
+
+impl<C, St> Leases<C, St> {
+    pub(crate) fn new(breaker: Arc<Breaker<C, St>>) -> Self {
+        // Twice the threads that can run at once, so that the threads a runtime starts one
+        // after another (see `thread_slot`) rarely share a lease; at least 8, at most 64.
+        let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
+        let count = (parallelism * 2).next_power_of_two().clamp(8, 64);
+        let leases = (0..count)
+            .map(|_| {
+                Arc::new(Lease {
+                    breaker: Arc::clone(&breaker),
+                })
+            })
+            .collect();
+        Leases { breaker, leases }
+    }
+
+    /// The lease for a call admitted on this thread.
+    #[inline]
+    pub(crate) fn lease(&self) -> Owner<C, St> {
+        let i = thread_slot() & (self.leases.len() - 1);
+        Owner::Lease(Arc::clone(&self.leases[i]))
+    }
+}
+
+/// A small number for this thread, handed out in the order threads first ask: consecutive
+/// threads (a runtime's workers) get consecutive numbers.
+#[inline]
+fn thread_slot() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    SLOT.with(|slot| {
+        let mut n = slot.get();
+        if n == usize::MAX {
+            n = NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX / 2);
+            slot.set(n);
+        }
+        n
+    })
+}
+
 /// The right to report one call's result, exactly once. Dropped unreported (the caller
 /// cancelled), it gives its permit back.
 pub(crate) struct Guard<C: Classifier, St: Store> {
-    breaker: Arc<Breaker<C, St>>,
+    breaker: Owner<C, St>,
     permit: Permit,
     meta: CallMeta,
     start: Option<Nanos>,
@@ -163,6 +268,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     }
 
     /// Whether the call was slow, as of now; reads the clock only if needed.
+    #[inline]
     fn measure(&self) -> (bool, Option<Nanos>) {
         let b = &self.breaker;
         if self.start.is_none() && !b.needs_end_time {
@@ -178,10 +284,18 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// Records `verdict` (slowness measured now).
     #[inline]
     pub(crate) fn finish(mut self, verdict: Verdict) {
+        self.finish_in_place(verdict);
+    }
+
+    /// Records `verdict` (slowness measured now) without moving the guard; it must not
+    /// record again (dropping it afterwards releases nothing).
+    #[inline]
+    pub(crate) fn finish_in_place(&mut self, verdict: Verdict) {
         let (slow, now) = self.measure();
         self.finish_measured(verdict.outcome(), slow, now);
     }
 
+    #[inline]
     fn finish_measured(&mut self, outcome: Outcome, slow: bool, now: Option<Nanos>) {
         self.done = true;
         let store = &self.breaker.store;
@@ -343,5 +457,79 @@ impl BreakerHandle {
     /// Every event from now on (for a keyed breaker: every key's).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.control.events().subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CircuitBreakerConfig;
+    use crate::store::{MemoryStore, StoreSpec};
+    use fusebox_classify::StandardClassifier;
+
+    fn breaker() -> Arc<Breaker<StandardClassifier, MemoryStore>> {
+        let config = Arc::new(
+            CircuitBreakerConfig::builder("leases")
+                .build()
+                .expect("a valid config"),
+        );
+        let clock = Clock::new();
+        let events = EventSink::new(Arc::clone(&config.name), Vec::new());
+        let store = MemoryStore::new(StoreSpec {
+            config: Arc::clone(&config),
+            key: None,
+            clock,
+            events: events.clone(),
+        });
+        Arc::new(Breaker::new(
+            RouteTable::default(),
+            store,
+            clock,
+            Arc::clone(&config.name),
+            None,
+            events,
+            false,
+        ))
+    }
+
+    #[test]
+    fn leases_reach_one_breaker_and_hold_no_cycle() {
+        let breaker = breaker();
+        let leases = Leases::new(Arc::clone(&breaker));
+        let n = leases.leases.len();
+        assert!(n.is_power_of_two() && (8..=64).contains(&n), "{n} leases");
+        assert_eq!(Arc::strong_count(&breaker), 2 + n);
+        for lease in leases.leases.iter() {
+            assert!(std::ptr::eq(&*lease.breaker, &*breaker));
+        }
+
+        // A call's owner keeps the breaker alive past the leases, then lets it go.
+        let owner = leases.lease();
+        assert!(std::ptr::eq(&*owner, &*breaker));
+        drop(leases);
+        assert_eq!(
+            Arc::strong_count(&breaker),
+            2,
+            "only the owner's lease is left"
+        );
+        drop(owner);
+        assert_eq!(Arc::strong_count(&breaker), 1, "nothing holds the breaker");
+
+        let direct = Owner::Breaker(Arc::clone(&breaker));
+        assert!(std::ptr::eq(&*direct, &*breaker));
+    }
+
+    #[test]
+    fn threads_take_different_leases() {
+        let here = thread_slot();
+        assert_eq!(thread_slot(), here, "a thread keeps its slot");
+        let mut slots: Vec<usize> = (0..4)
+            .map(|_| std::thread::spawn(thread_slot))
+            .map(|t| t.join().expect("a thread"))
+            .collect();
+        slots.push(here);
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), 5, "every thread has its own slot");
     }
 }

@@ -82,31 +82,35 @@ where
             KindProj::Rejected { error } => Poll::Ready(Err(Box::new(error.clone()))),
             KindProj::Called { future, guard } => {
                 let result = ready!(future.poll(cx));
-                let Some(guard) = guard.take() else {
-                    // Polled again after completion: pass the result on unrecorded.
-                    return Poll::Ready(
-                        result
-                            .map(|r| r.map(ClassifiedBody::passthrough))
-                            .map_err(Into::into),
-                    );
-                };
-                Poll::Ready(match result {
-                    Ok(response) => {
-                        match guard.classify_response(response.status(), response.headers()) {
-                            Some(verdict) => {
-                                guard.finish(verdict);
-                                Ok(response.map(ClassifiedBody::passthrough))
-                            }
-                            None => {
-                                let recorder = guard.at_end_of_stream();
-                                Ok(response.map(|body| ClassifiedBody::new(body, recorder)))
+                // The healthy path classifies the response where it lies and moves it only
+                // once, into the output: a response head is over a hundred bytes, and each
+                // extra move of it costs more than the breaker's own bookkeeping.
+                if let (Ok(response), Some(g)) = (&result, guard.as_mut()) {
+                    match g.classify_response(response.status(), response.headers()) {
+                        Some(verdict) => {
+                            g.finish_in_place(verdict);
+                            *guard = None;
+                        }
+                        None => {
+                            if let Some(recorder) = guard.take().map(Guard::at_end_of_stream) {
+                                return Poll::Ready(
+                                    result
+                                        .map(|r| r.map(|body| ClassifiedBody::new(body, recorder)))
+                                        .map_err(Into::into),
+                                );
                             }
                         }
                     }
+                }
+                Poll::Ready(match result {
+                    Ok(response) => Ok(response.map(ClassifiedBody::passthrough)),
                     Err(error) => {
                         let error: BoxError = error.into();
-                        let verdict = guard.classify_error(&*error);
-                        guard.finish(verdict);
+                        // `None`: polled again after completion; pass the error on unrecorded.
+                        if let Some(guard) = guard.take() {
+                            let verdict = guard.classify_error(&*error);
+                            guard.finish(verdict);
+                        }
                         Err(error)
                     }
                 })

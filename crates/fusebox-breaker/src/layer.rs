@@ -1,6 +1,6 @@
 //! The breaker layer and its builder.
 
-use crate::breaker::{Breaker, BreakerHandle};
+use crate::breaker::{Breaker, BreakerHandle, Leases};
 use crate::config::CircuitBreakerConfig;
 use crate::events::{BreakerEvent, EventSink, Listener};
 use crate::keyed::{KeyFn, KeyedCircuitBreakerLayer, KeyedShared};
@@ -18,7 +18,7 @@ use tower_layer::Layer;
 /// the same state — a framework that calls [`Layer::layer`] once per route still gets one
 /// breaker. Build one per dependency.
 pub struct CircuitBreakerLayer<C = StandardClassifier, St = MemoryStore> {
-    breaker: Arc<Breaker<C, St>>,
+    breaker: Arc<Leases<C, St>>,
 }
 
 impl<C, St> Clone for CircuitBreakerLayer<C, St> {
@@ -32,7 +32,7 @@ impl<C, St> Clone for CircuitBreakerLayer<C, St> {
 impl<C, St: Store> fmt::Debug for CircuitBreakerLayer<C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreakerLayer")
-            .field("breaker", &self.breaker.name)
+            .field("breaker", &self.breaker.breaker.name)
             .finish()
     }
 }
@@ -59,7 +59,7 @@ impl CircuitBreakerLayer {
 impl<C: Classifier, St: Store> CircuitBreakerLayer<C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.breaker.clone())
+        BreakerHandle::new(self.breaker.breaker.clone())
     }
 }
 
@@ -152,7 +152,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             events: events.clone(),
         });
         CircuitBreakerLayer {
-            breaker: Arc::new(Breaker::new(
+            breaker: Arc::new(Leases::new(Arc::new(Breaker::new(
                 self.table,
                 store,
                 clock,
@@ -160,7 +160,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
                 None,
                 events,
                 config.count_overloaded,
-            )),
+            )))),
         }
     }
 

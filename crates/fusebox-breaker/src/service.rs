@@ -1,6 +1,6 @@
 //! The breaker service.
 
-use crate::breaker::{Breaker, BreakerHandle};
+use crate::breaker::{BreakerHandle, Leases};
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::store::{MemoryStore, Store};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
@@ -15,11 +15,11 @@ use tower_service::Service;
 /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer); every clone shares the breaker.
 pub struct CircuitBreaker<S, C = StandardClassifier, St = MemoryStore> {
     inner: S,
-    breaker: Arc<Breaker<C, St>>,
+    breaker: Arc<Leases<C, St>>,
 }
 
 impl<S, C, St> CircuitBreaker<S, C, St> {
-    pub(crate) fn new(inner: S, breaker: Arc<Breaker<C, St>>) -> Self {
+    pub(crate) fn new(inner: S, breaker: Arc<Leases<C, St>>) -> Self {
         CircuitBreaker { inner, breaker }
     }
 
@@ -42,7 +42,7 @@ impl<S, C, St> CircuitBreaker<S, C, St> {
 impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.breaker.clone())
+        BreakerHandle::new(self.breaker.breaker.clone())
     }
 }
 
@@ -59,7 +59,7 @@ impl<S: fmt::Debug, C, St: Store> fmt::Debug for CircuitBreaker<S, C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
             .field("inner", &self.inner)
-            .field("breaker", &self.breaker.name)
+            .field("breaker", &self.breaker.breaker.name)
             .finish()
     }
 }
@@ -85,8 +85,9 @@ where
 
     #[inline]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let meta = self.breaker.table.meta(&request);
-        match self.breaker.admit(meta) {
+        let leases = &*self.breaker;
+        let meta = leases.breaker.table.meta(&request);
+        match leases.breaker.admit_with(meta, || leases.lease()) {
             Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
             Err(open) => ResponseFuture::rejected(open),
         }

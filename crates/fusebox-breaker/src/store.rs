@@ -87,10 +87,20 @@ fn pack(state: State, generation: u64) -> u64 {
     (generation << STATE_BITS) | u64::from(state.code())
 }
 
-/// A breaker's state in this process.
-pub struct MemoryStore {
+/// What a healthy call reads: the state and generation, and whether the window is clean.
+/// Aligned to its own cache lines (a pair of them: some CPUs prefetch lines in pairs) so that
+/// writes nearby — the lock, the machine, a reference count — never evict it from the
+/// caches of the cores that read it on every call. It is written only on a transition or
+/// when the window turns clean or dirty.
+#[repr(align(128))]
+struct Hot {
     word: AtomicU64,
     clean: AtomicBool,
+}
+
+/// A breaker's state in this process.
+pub struct MemoryStore {
+    hot: Hot,
     machine: Mutex<Machine>,
     timed: bool,
     clock: Clock,
@@ -100,7 +110,7 @@ pub struct MemoryStore {
 
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = self.word.load(Ordering::Acquire);
+        let word = self.hot.word.load(Ordering::Acquire);
         f.debug_struct("MemoryStore")
             .field("state", &State::from_code((word & 0xff) as u8))
             .field("generation", &(word >> STATE_BITS))
@@ -115,8 +125,10 @@ impl MemoryStore {
         let timed = matches!(spec.config.window, crate::config::WindowConfig::Time { .. });
         let machine = Machine::new(spec.config, spec.clock.now());
         MemoryStore {
-            word: AtomicU64::new(pack(State::Closed, 0)),
-            clean: AtomicBool::new(false),
+            hot: Hot {
+                word: AtomicU64::new(pack(State::Closed, 0)),
+                clean: AtomicBool::new(false),
+            },
             machine: Mutex::new(machine),
             timed,
             clock: spec.clock,
@@ -131,11 +143,18 @@ impl MemoryStore {
         self.machine.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Publishes the machine's state to the lock-free fields. Called with the lock held.
+    /// Publishes the machine's state to the lock-free fields. Called with the lock held (so
+    /// no other publisher races), it writes only what changed: a store to the hot line,
+    /// even of the same value, takes it away from every core that reads it per call.
     fn publish(&self, m: &Machine) {
-        self.word
-            .store(pack(m.state(), m.generation()), Ordering::Release);
-        self.clean.store(m.is_clean(), Ordering::Release);
+        let word = pack(m.state(), m.generation());
+        if self.hot.word.load(Ordering::Relaxed) != word {
+            self.hot.word.store(word, Ordering::Release);
+        }
+        let clean = m.is_clean();
+        if self.hot.clean.load(Ordering::Relaxed) != clean {
+            self.hot.clean.store(clean, Ordering::Release);
+        }
     }
 
     #[cold]
@@ -184,7 +203,7 @@ impl MemoryStore {
 impl Store for MemoryStore {
     #[inline]
     fn acquire(&self) -> Result<Permit, Rejected> {
-        let word = self.word.load(Ordering::Acquire);
+        let word = self.hot.word.load(Ordering::Acquire);
         let state = State::from_code((word & 0xff) as u8);
         if state.admits_freely() {
             let kind = if state == State::Disabled {
@@ -202,10 +221,10 @@ impl Store for MemoryStore {
         match permit.kind {
             PermitKind::Untracked => return,
             PermitKind::Counted if !failure && !slow => {
-                if self.word.load(Ordering::Acquire) >> STATE_BITS != permit.generation {
+                if self.hot.word.load(Ordering::Acquire) >> STATE_BITS != permit.generation {
                     return; // stale
                 }
-                if self.clean.load(Ordering::Acquire) {
+                if self.hot.clean.load(Ordering::Acquire) {
                     return; // a fast success in a clean window changes nothing
                 }
             }
