@@ -94,3 +94,11 @@ pub mod metrics;
 #[cfg(any(feature = "toml", feature = "yaml"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "toml", feature = "yaml"))))]
 pub mod config;
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod axum;
+
+#[cfg(feature = "hyper-client")]
+#[cfg_attr(docsrs, doc(cfg(feature = "hyper-client")))]
+pub mod hyper;

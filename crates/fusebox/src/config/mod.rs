@@ -47,7 +47,7 @@
 //!
 //! | section | keys |
 //! |---|---|
-//! | `breaker` | `enabled`, `name` (default: the policy's), `count_window` or `time_window` + `time_window_buckets`, `minimum_calls`, `failure_rate_threshold` (percent), `slow_call_rate_threshold` (percent), `consecutive_failures`, `open_wait`, `open_wait_jitter`, `open_wait_multiplier`, `max_open_wait`, `permitted_probes`, `probe_successes`, `max_half_open_wait` (or `"none"`), `on_close` (`"clear"`, `"keep"`), `count_overloaded`, `seed`, `key` (`"host"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout` |
+//! | `breaker` | `enabled`, `name` (default: the policy's), `count_window` or `time_window` + `time_window_buckets`, `minimum_calls`, `failure_rate_threshold` (percent), `slow_call_rate_threshold` (percent), `consecutive_failures`, `open_wait`, `open_wait_jitter`, `open_wait_multiplier`, `max_open_wait`, `permitted_probes`, `probe_successes`, `max_half_open_wait` (or `"none"`), `on_close` (`"clear"`, `"keep"`), `count_overloaded`, `seed`, `key` (`"host"`, `"authority"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout` |
 //! | `limit` | `enabled`, `name`, `max_concurrency` or `adaptive` (a table: `algorithm` = `"aimd"` or `"vegas"`, `min_limit`, `max_limit`, `initial_limit`, `backoff_ratio`; AIMD: `additive_increase`; Vegas: `smoothing`, `alpha`, `beta`, `probe_interval`, `probe_samples`), `queue` (`max_waiters`, `max_wait`), `release` (`"response"`, `"end_of_body"`), `retry_after`, `log_step` |
 //! | `timeout` | `enabled`, `default_timeout`, `body_timeout`, `propagate_grpc_timeout`, `deadline_header` |
 //! | `retry` | `enabled`, `name`, `retry_ratio`, `min_retries_per_second`, `ttl`, `failure_rate_threshold` (a share, or `"none"`), `cutoff_minimum_calls`, `max_attempts`, `base_delay`, `max_delay`, `max_retry_after`, `max_replay_body_bytes`, `hedge_delay`, `seed` |
@@ -755,13 +755,13 @@ fn breaker_config(
         b = b.seed(x);
     }
     let key = s
-        .get("key", |n| schema::one_of(n, &["host", "route"]))
-        .map(|k| {
-            if k == "host" {
-                KeyBy::Host
-            } else {
-                KeyBy::Route
-            }
+        .get("key", |n| {
+            schema::one_of(n, &["host", "authority", "route"])
+        })
+        .map(|k| match k {
+            "host" => KeyBy::Host,
+            "authority" => KeyBy::Authority,
+            _ => KeyBy::Route,
         });
     (b, key)
 }

@@ -65,7 +65,7 @@ pub(crate) const BREAKER: &[Field] = &[
     ("on_close", Kind::OneOf(&["clear", "keep"])),
     ("count_overloaded", Kind::Bool),
     ("seed", U64),
-    ("key", Kind::OneOf(&["host", "route"])),
+    ("key", Kind::OneOf(&["host", "authority", "route"])),
     ("max_keys", USIZE),
     ("idle_timeout", Kind::Duration),
 ];

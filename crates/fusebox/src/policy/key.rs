@@ -33,6 +33,9 @@ use std::sync::Arc;
 pub enum KeyBy {
     /// The URI's host, else the `Host` header's (one string allocation per call).
     Host,
+    /// The URI's host and port (`"api.example.com:8443"`; the host alone when the URI
+    /// has no port), else the `Host` header (one string allocation per call).
+    Authority,
     /// The route of the route table (no allocation).
     Route,
     /// A function of the request head.
@@ -50,6 +53,7 @@ impl fmt::Debug for KeyBy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyBy::Host => f.write_str("KeyBy::Host"),
+            KeyBy::Authority => f.write_str("KeyBy::Authority"),
             KeyBy::Route => f.write_str("KeyBy::Route"),
             KeyBy::Custom(_) => f.write_str("KeyBy::Custom(..)"),
         }
@@ -72,6 +76,15 @@ impl KeyFn for KeyBy {
     fn key(&self, head: &RequestHead<'_>) -> BreakerKey {
         match self {
             KeyBy::Host => BreakerKey::Text(head.host().unwrap_or("").to_ascii_lowercase()),
+            KeyBy::Authority => BreakerKey::Text(match head.uri().authority() {
+                Some(a) => a.as_str().to_ascii_lowercase(),
+                None => head
+                    .headers()
+                    .get(http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("")
+                    .to_ascii_lowercase(),
+            }),
             KeyBy::Route => BreakerKey::Route(head.route()),
             KeyBy::Custom(f) => BreakerKey::Text(f(head)),
         }

@@ -1,0 +1,327 @@
+//! axum: a [`Policy`] in front of handlers, with fusebox's errors turned into responses.
+//!
+//! A router wants services that never fail (`Error = Infallible`): every error must already
+//! be a response. [`PolicyLayer`] wraps a policy and does that mapping, so that no
+//! `HandleErrorLayer` is needed:
+//!
+//! | error | response |
+//! |---|---|
+//! | [`CircuitOpen`] | `503 Service Unavailable`, `Retry-After` from the breaker |
+//! | [`Overloaded`] | `503 Service Unavailable`, `Retry-After` from the limit |
+//! | [`Elapsed`] (a timeout) | `504 Gateway Timeout` |
+//! | [`DeadlineExceeded`] (the caller's deadline had passed) | `504 Gateway Timeout` |
+//! | anything else | `500 Internal Server Error`, or what [`PolicyLayer::map_error`] says |
+//!
+//! `Retry-After` is in whole seconds, rounded up, at least 1. Responses the handlers return
+//! — a handler's own 500 or 404 — pass through untouched.
+//!
+//! With the `axum` feature, route keys come from axum's `MatchedPath` (the route template
+//! `"/users/{id}"`), so a [`RouteTable`](crate::RouteTable) keyed by templates classifies
+//! each route's calls. `Router::layer` and `Router::route_layer` call [`Layer::layer`] once
+//! per route; the policy's state (breaker, limit, budget) lives in the layer and is shared
+//! by all of them, not reset per route.
+//!
+//! ```
+//! use axum::{Router, routing::get};
+//! use fusebox::{CircuitBreakerConfig, Policy};
+//! use fusebox::axum::PolicyLayer;
+//!
+//! let policy = Policy::builder("api")
+//!     .concurrency_limit(256)
+//!     .circuit_breaker(CircuitBreakerConfig::builder("api"))
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/users/{id}", get(|| async { "user" }))
+//!     .route_layer(PolicyLayer::new(policy));
+//! # Ok::<(), fusebox::ConfigError>(())
+//! ```
+
+use crate::policy::{Policy, PolicyService};
+use axum::body::Body;
+use axum::response::Response;
+use fusebox_classify::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
+use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+use fusebox_retry::ReplayBody;
+use http::{HeaderValue, Request, StatusCode, header};
+use pin_project::pin_project;
+use std::convert::Infallible;
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tower_layer::Layer;
+use tower_service::Service;
+
+type MapError = dyn Fn(&(dyn Error + Send + Sync + 'static)) -> Option<Response> + Send + Sync;
+
+/// A [`Policy`] whose errors become responses: see the [module docs](self).
+pub struct PolicyLayer<C = StandardClassifier> {
+    policy: Policy<C>,
+    map_error: Option<Arc<MapError>>,
+}
+
+impl<C> Clone for PolicyLayer<C> {
+    fn clone(&self) -> Self {
+        PolicyLayer {
+            policy: self.policy.clone(),
+            map_error: self.map_error.clone(),
+        }
+    }
+}
+
+impl<C> fmt::Debug for PolicyLayer<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyLayer")
+            .field("policy", &self.policy)
+            .field("map_error", &self.map_error.is_some())
+            .finish()
+    }
+}
+
+impl<C: Classifier> PolicyLayer<C> {
+    /// Wraps `policy`.
+    pub fn new(policy: Policy<C>) -> Self {
+        PolicyLayer {
+            policy,
+            map_error: None,
+        }
+    }
+
+    /// Maps errors that are not fusebox's own (a handler's error type, a transport error)
+    /// to a response; `None` keeps the default `500`.
+    pub fn map_error(
+        mut self,
+        f: impl Fn(&(dyn Error + Send + Sync + 'static)) -> Option<Response> + Send + Sync + 'static,
+    ) -> Self {
+        self.map_error = Some(Arc::new(f));
+        self
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy<C> {
+        &self.policy
+    }
+}
+
+impl<S, C: Classifier> Layer<S> for PolicyLayer<C> {
+    type Service = PolicyHandler<S, C>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        PolicyHandler {
+            inner: self.policy.layer(inner),
+            map_error: self.map_error.clone(),
+            not_ready: None,
+        }
+    }
+}
+
+/// A service behind a [`PolicyLayer`]: never fails, answers fusebox's errors with 503s and
+/// 504s.
+pub struct PolicyHandler<S, C = StandardClassifier> {
+    inner: PolicyService<S, C>,
+    map_error: Option<Arc<MapError>>,
+    /// An error from the inner service's `poll_ready`, answered by the next call.
+    not_ready: Option<BoxError>,
+}
+
+impl<S: Clone, C: Classifier> Clone for PolicyHandler<S, C> {
+    fn clone(&self) -> Self {
+        PolicyHandler {
+            inner: self.inner.clone(),
+            map_error: self.map_error.clone(),
+            not_ready: None,
+        }
+    }
+}
+
+impl<S: fmt::Debug, C> fmt::Debug for PolicyHandler<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyHandler")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, B, RB> Service<Request<B>> for PolicyHandler<S, C>
+where
+    PolicyService<S, C>: Service<Request<B>, Response = http::Response<RB>, Error = BoxError>,
+    RB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+    S: Service<Request<ReplayBody<B>>>,
+    B: http_body::Body,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ResponseFuture<<PolicyService<S, C> as Service<Request<B>>>::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if self.not_ready.is_none()
+            && let Err(e) = ready!(self.inner.poll_ready(cx))
+        {
+            self.not_ready = Some(e);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let map_error = self.map_error.clone();
+        match self.not_ready.take() {
+            Some(e) => ResponseFuture {
+                kind: Kind::Failed {
+                    error: Some(e),
+                    map_error,
+                },
+            },
+            None => ResponseFuture {
+                kind: Kind::Called {
+                    future: self.inner.call(request),
+                    map_error,
+                },
+            },
+        }
+    }
+}
+
+/// The future of a [`PolicyHandler`].
+#[pin_project]
+pub struct ResponseFuture<F> {
+    #[pin]
+    kind: Kind<F>,
+}
+
+#[pin_project(project = KindProj)]
+enum Kind<F> {
+    Called {
+        #[pin]
+        future: F,
+        map_error: Option<Arc<MapError>>,
+    },
+    Failed {
+        error: Option<BoxError>,
+        map_error: Option<Arc<MapError>>,
+    },
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<F, RB> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<http::Response<RB>, BoxError>>,
+    RB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let (error, map_error) = match self.project().kind.project() {
+            KindProj::Called { future, map_error } => match ready!(future.poll(cx)) {
+                Ok(response) => return Poll::Ready(Ok(response.map(Body::new))),
+                Err(e) => (e, map_error.take()),
+            },
+            KindProj::Failed { error, map_error } => match error.take() {
+                Some(e) => (e, map_error.take()),
+                None => (BoxError::from("polled after completion"), None),
+            },
+        };
+        Poll::Ready(Ok(respond(&*error, map_error.as_deref())))
+    }
+}
+
+fn respond(error: &(dyn Error + Send + Sync + 'static), map_error: Option<&MapError>) -> Response {
+    if let Some(response) = fusebox_response(error) {
+        return response;
+    }
+    map_error.and_then(|f| f(error)).unwrap_or_else(|| {
+        plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal server error",
+            None,
+        )
+    })
+}
+
+/// The response for one of fusebox's own errors (anywhere in `error`'s `source()` chain),
+/// as [`PolicyLayer`] answers it; `None` for any other error.
+///
+/// For hand-made stacks: a `HandleErrorLayer` can call it.
+pub fn fusebox_response(error: &(dyn Error + 'static)) -> Option<Response> {
+    let mut next = Some(error);
+    while let Some(err) = next {
+        if let Some(open) = err.downcast_ref::<CircuitOpen>() {
+            return Some(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable: circuit breaker open",
+                Some(open.retry_after()),
+            ));
+        }
+        if let Some(over) = err.downcast_ref::<Overloaded>() {
+            return Some(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service unavailable: overloaded",
+                Some(over.retry_after()),
+            ));
+        }
+        if err.is::<Elapsed>() || err.is::<DeadlineExceeded>() {
+            return Some(plain(StatusCode::GATEWAY_TIMEOUT, "gateway timeout", None));
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// `Retry-After` in whole seconds, rounded up, at least 1.
+pub fn retry_after_seconds(after: Duration) -> u64 {
+    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+fn plain(status: StatusCode, text: &'static str, retry_after: Option<Duration>) -> Response {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    if let Some(after) = retry_after {
+        headers.insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(retry_after_seconds(after)),
+        );
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fusebox_errors_become_503_and_504() {
+        let open = CircuitOpen::new("b".into(), None, Duration::from_millis(2500), false);
+        let r = fusebox_response(&open).unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        let over = Overloaded::new(4, Duration::ZERO);
+        let r = fusebox_response(&over).unwrap();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let elapsed = Elapsed::new("r".into(), Duration::from_secs(1));
+        assert_eq!(
+            fusebox_response(&elapsed).unwrap().status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
+        assert!(fusebox_response(&std::io::Error::other("x")).is_none());
+        let other = std::io::Error::other("x");
+        assert_eq!(
+            respond(&other, None).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+}
