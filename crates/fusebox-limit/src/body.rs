@@ -5,8 +5,9 @@
 //! the configuration; when there is nothing to do at the end of the stream it is a
 //! pass-through.
 
+use crate::adaptive::CallInfo;
 use crate::limiter::{Limiter, Permit};
-use fusebox_classify::{CallMeta, ClassifiedBody, Classifier, Nanos, OnEndOfStream, StreamEnd};
+use fusebox_classify::{ClassifiedBody, Classifier, OnEndOfStream, StreamEnd};
 use std::fmt;
 use std::sync::Arc;
 
@@ -16,51 +17,72 @@ pub type ResponseBody<B, C> = ClassifiedBody<B, Completion<C>>;
 /// What a [`ResponseBody`] does when its stream ends, fails or is dropped: record the
 /// call's verdict if it was waiting for the trailers (a drop of the body records nothing:
 /// the caller cancelled), then give the permit back if the body held it.
-pub struct Completion<C> {
-    permit: Option<Permit<C>>,
-    pending: Option<Pending<C>>,
+///
+/// Two words: the body it sits in is moved with every response.
+pub struct Completion<C>(Kind<C>);
+
+enum Kind<C> {
+    /// Give the permit back (by dropping it).
+    Release(#[allow(dead_code, reason = "held for its Drop")] Permit<C>),
+    /// Classify from the trailers (adaptive limits, gRPC), then give the permit back if
+    /// there is one. Boxed: rare, and it would double the size of every response.
+    Record(Box<Pending<C>>),
 }
 
 /// A verdict to be taken at the end of the stream.
 pub(crate) struct Pending<C> {
     pub(crate) limiter: Arc<Limiter<C>>,
-    pub(crate) meta: CallMeta,
-    pub(crate) start: Nanos,
-    pub(crate) in_flight: usize,
+    pub(crate) permit: Option<Permit<C>>,
+    pub(crate) call: CallInfo,
 }
 
 impl<C> Completion<C> {
-    pub(crate) fn new(permit: Option<Permit<C>>, pending: Option<Pending<C>>) -> Self {
-        Completion { permit, pending }
+    pub(crate) fn release(permit: Permit<C>) -> Self {
+        Completion(Kind::Release(permit))
+    }
+
+    pub(crate) fn record(pending: Pending<C>) -> Self {
+        Completion(Kind::Record(Box::new(pending)))
     }
 }
 
 impl<C> fmt::Debug for Completion<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (holds_permit, awaits_trailers) = match &self.0 {
+            Kind::Release(_) => (true, false),
+            Kind::Record(p) => (p.permit.is_some(), true),
+        };
         f.debug_struct("Completion")
-            .field("holds_permit", &self.permit.is_some())
-            .field("awaits_trailers", &self.pending.is_some())
+            .field("holds_permit", &holds_permit)
+            .field("awaits_trailers", &awaits_trailers)
             .finish()
     }
 }
 
 impl<C: Classifier> OnEndOfStream for Completion<C> {
     fn on_end(self, end: StreamEnd<'_>) {
-        if let Some(p) = self.pending {
-            let table = &p.limiter.table;
-            let call = p.meta.call(table);
-            let classifier = table.route(p.meta.route()).classifier();
-            let verdict = match end {
-                StreamEnd::Trailers(trailers) => Some(classifier.classify_eos(&call, trailers)),
-                StreamEnd::Error(error) => Some(classifier.classify_error(&call, error)),
-                StreamEnd::Dropped => None,
-            };
-            if let Some(verdict) = verdict {
-                p.limiter
-                    .record_verdict(&p.meta, verdict, p.start, p.in_flight);
+        let Kind::Record(pending) = self.0 else {
+            // Dropping the permit gives it back.
+            return;
+        };
+        let Pending {
+            limiter,
+            permit,
+            call,
+        } = *pending;
+        let verdict = match end {
+            StreamEnd::Trailers(trailers) => {
+                Some(call.classify(&limiter, |c, call| c.classify_eos(call, trailers)))
             }
+            StreamEnd::Error(error) => {
+                Some(call.classify(&limiter, |c, call| c.classify_error(call, error)))
+            }
+            StreamEnd::Dropped => None,
+        };
+        if let Some(verdict) = verdict {
+            call.record(&limiter, verdict);
         }
         // Given back after the verdict, so a waiter is admitted under the updated limit.
-        drop(self.permit);
+        drop(permit);
     }
 }

@@ -1,7 +1,7 @@
 //! The layer: one limit, shared by every service it builds and every clone of it.
 
 use crate::config::ConcurrencyLimitConfig;
-use crate::limiter::Limiter;
+use crate::limiter::{Lane, Limiter};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitions, Unpartitioned};
 use crate::service::ConcurrencyLimit;
@@ -18,6 +18,7 @@ use tower_layer::Layer;
 /// for two independent limits.
 pub struct ConcurrencyLimitLayer<C = StandardClassifier, P = Unpartitioned> {
     limiter: Arc<Limiter<C>>,
+    lanes: Arc<[Arc<Lane<C>>]>,
     config: ConcurrencyLimitConfig,
     partitioner: P,
 }
@@ -34,8 +35,10 @@ impl<C: Classifier> ConcurrencyLimitLayer<C> {
     /// A limit whose adaptive algorithm classifies calls with `routes`: each route's
     /// classifier and slow-call threshold decide which calls are drops.
     pub fn with_routes(config: ConcurrencyLimitConfig, routes: RouteTable<C>) -> Self {
+        let limiter = Arc::new(Limiter::new(&config, routes, &[]));
         ConcurrencyLimitLayer {
-            limiter: Arc::new(Limiter::new(&config, routes, &[])),
+            lanes: Lane::all(&limiter),
+            limiter,
             config,
             partitioner: Unpartitioned,
         }
@@ -52,13 +55,14 @@ impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
         self,
         partitions: Partitions<K, F>,
     ) -> ConcurrencyLimitLayer<C, Partitions<K, F>> {
-        let limiter = Limiter::new(
+        let limiter = Arc::new(Limiter::new(
             &self.config,
             self.limiter.table.clone(),
             partitions.shares(),
-        );
+        ));
         ConcurrencyLimitLayer {
-            limiter: Arc::new(limiter),
+            lanes: Lane::all(&limiter),
+            limiter,
             config: self.config,
             partitioner: partitions,
         }
@@ -79,6 +83,7 @@ impl<C, P: Clone> Clone for ConcurrencyLimitLayer<C, P> {
     fn clone(&self) -> Self {
         ConcurrencyLimitLayer {
             limiter: Arc::clone(&self.limiter),
+            lanes: Arc::clone(&self.lanes),
             config: self.config.clone(),
             partitioner: self.partitioner.clone(),
         }
@@ -98,6 +103,6 @@ impl<S, C, P: Clone> Layer<S> for ConcurrencyLimitLayer<C, P> {
     type Service = ConcurrencyLimit<S, C, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ConcurrencyLimit::new(inner, Arc::clone(&self.limiter), self.partitioner.clone())
+        ConcurrencyLimit::new(inner, Arc::clone(&self.lanes), self.partitioner.clone())
     }
 }

@@ -146,6 +146,7 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod adaptive;
 pub mod algorithm;
 mod body;
 mod config;

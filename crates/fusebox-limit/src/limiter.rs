@@ -6,12 +6,13 @@
 //! partitions, adaptive samples — goes through short critical sections that are never held
 //! across an `.await` and allocate nothing once the queue has reached its largest size.
 
+use crate::adaptive::ExtensionMethods;
 use crate::algorithm::{Aimd, LimitAlgorithm, Sample, Vegas};
 use crate::config::{ConcurrencyLimitConfig, Limit, QueueConfig, Release};
 use crate::observe::{self, Metrics};
 use crate::partition::reservations;
 use fusebox_classify::error::Overloaded;
-use fusebox_classify::{CallMeta, Classifier, Clock, Nanos, Outcome, RouteTable, Verdict};
+use fusebox_classify::{Classifier, Clock, Nanos, Outcome, RouteId, RouteTable, Verdict};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering::*};
@@ -41,6 +42,7 @@ pub(crate) struct Limiter<C> {
     slow: Mutex<Slow>,
     adaptive: Option<Mutex<Adaptive>>,
     pub(crate) metrics: Metrics,
+    pub(crate) extension_methods: ExtensionMethods,
 }
 
 impl<C> fmt::Debug for Limiter<C> {
@@ -150,6 +152,7 @@ impl<C> Limiter<C> {
                 })
             }),
             metrics,
+            extension_methods: ExtensionMethods::default(),
         }
     }
 
@@ -197,27 +200,27 @@ impl<C> Limiter<C> {
         Overloaded::new(self.limit(), self.retry_after)
     }
 
-    /// Takes a permit if one is free and nobody is queued ahead. `None` when full.
+    /// Counts a call in if a slot is free and nobody is queued ahead.
     #[inline]
-    pub(crate) fn try_acquire(self: &Arc<Self>, partition: Option<usize>) -> Option<Permit<C>> {
-        let in_flight = if self.partitioned {
+    fn admit(&self, partition: Option<u16>) -> bool {
+        let admitted = if self.partitioned {
             let mut slow = lock(&self.slow);
-            if self.waiting.load(SeqCst) != 0 {
-                return None;
-            }
-            self.admit_locked(&mut slow, partition)?
+            self.waiting.load(SeqCst) == 0 && self.admit_locked(&mut slow, partition).is_some()
         } else {
             if self.queue.is_some() && self.waiting.load(SeqCst) != 0 {
-                return None;
+                return false;
             }
-            self.admit_counter()?
+            self.admit_counter().is_some()
         };
-        self.metrics.in_flight.increment(1.0);
-        Some(Permit {
-            limiter: Arc::clone(self),
-            partition,
-            in_flight,
-        })
+        if admitted {
+            self.metrics.in_flight.increment(1.0);
+        }
+        admitted
+    }
+
+    /// The number of partitions.
+    pub(crate) fn partitions(&self) -> usize {
+        self.shares.len()
     }
 
     /// One compare-and-swap: a slot below the limit, or `None`.
@@ -241,7 +244,7 @@ impl<C> Limiter<C> {
 
     /// Admits a call of `partition` if the limit and the partition rules allow it, counting
     /// it; returns the calls in flight with it.
-    fn admit_locked(&self, slow: &mut Slow, partition: Option<usize>) -> Option<usize> {
+    fn admit_locked(&self, slow: &mut Slow, partition: Option<u16>) -> Option<usize> {
         if !self.partitioned {
             return self.admit_counter();
         }
@@ -250,8 +253,10 @@ impl<C> Limiter<C> {
             return None;
         }
         let unreserved = reservations(limit, &self.shares, &mut slow.reserved);
-        let within_reservation =
-            partition.is_some_and(|i| slow.partition_in_flight[i] < slow.reserved[i]);
+        let within_reservation = partition.is_some_and(|i| {
+            let i = usize::from(i);
+            slow.partition_in_flight[i] < slow.reserved[i]
+        });
         if !within_reservation {
             let borrowed = slow.unlisted_in_flight
                 + slow
@@ -265,14 +270,14 @@ impl<C> Limiter<C> {
             }
         }
         match partition {
-            Some(i) => slow.partition_in_flight[i] += 1,
+            Some(i) => slow.partition_in_flight[usize::from(i)] += 1,
             None => slow.unlisted_in_flight += 1,
         }
         Some(self.in_flight.fetch_add(1, SeqCst) + 1)
     }
 
     /// Gives a permit back.
-    fn release(&self, partition: Option<usize>) {
+    fn release(&self, partition: Option<u16>) {
         self.metrics.in_flight.decrement(1.0);
         if self.partitioned {
             let mut slow = lock(&self.slow);
@@ -288,11 +293,12 @@ impl<C> Limiter<C> {
         }
     }
 
-    fn release_locked(&self, slow: &mut Slow, partition: Option<usize>) {
+    fn release_locked(&self, slow: &mut Slow, partition: Option<u16>) {
         if self.partitioned {
             match partition {
                 Some(i) => {
-                    slow.partition_in_flight[i] = slow.partition_in_flight[i].saturating_sub(1)
+                    let n = &mut slow.partition_in_flight[usize::from(i)];
+                    *n = n.saturating_sub(1);
                 }
                 None => slow.unlisted_in_flight = slow.unlisted_in_flight.saturating_sub(1),
             }
@@ -314,19 +320,13 @@ impl<C> Limiter<C> {
                 continue;
             };
             match self.admit_locked(slow, partition) {
-                Some(in_flight) => {
+                Some(_) => {
                     slow.queue.order.remove(i);
                     self.waiting.fetch_sub(1, SeqCst);
                     self.metrics.waiting.decrement(1.0);
                     self.metrics.in_flight.increment(1.0);
                     let slot = &mut slow.queue.slots[index];
-                    let previous = std::mem::replace(
-                        &mut slot.state,
-                        SlotState::Granted {
-                            partition,
-                            in_flight,
-                        },
-                    );
+                    let previous = std::mem::replace(&mut slot.state, SlotState::Granted);
                     if let SlotState::Waiting {
                         waker: Some(waker), ..
                     } = previous
@@ -341,8 +341,8 @@ impl<C> Limiter<C> {
         }
     }
 
-    /// Queues a call that found the limit full. `Err` when the queue is full.
-    pub(crate) fn enqueue(self: &Arc<Self>, partition: Option<usize>) -> Result<Ticket<C>, Shed> {
+    /// Queues a call that found the limit full: its slot in the queue, or why it is shed.
+    fn enqueue(&self, partition: Option<u16>) -> Result<(usize, u64), Shed> {
         let Some(queue) = &self.queue else {
             return Err(Shed::Full);
         };
@@ -350,43 +350,26 @@ impl<C> Limiter<C> {
         if slow.queue.order.len() >= queue.max_waiters() {
             return Err(Shed::QueueFull);
         }
-        let (index, generation) = slow.queue.insert(partition);
+        let slot = slow.queue.insert(partition);
         self.waiting.fetch_add(1, SeqCst);
         self.metrics.waiting.increment(1.0);
         // A permit may have come free between the failed attempt and now.
         self.pump(&mut slow);
-        Ok(Ticket {
-            limiter: Arc::clone(self),
-            index,
-            generation,
-            done: false,
-        })
+        Ok(slot)
     }
 
-    /// Whether the ticket's permit has been granted; registers `cx`'s waker if not.
-    fn poll_ticket(
-        self: &Arc<Self>,
-        ticket: &mut Ticket<C>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Permit<C>> {
+    /// Whether the queue slot's permit has been granted (the slot is then freed); registers
+    /// `cx`'s waker if not.
+    fn poll_slot(&self, index: usize, generation: u64, cx: &mut Context<'_>) -> Poll<()> {
         let mut slow = lock(&self.slow);
-        let Some(slot) = slow.queue.get_mut(ticket.index, ticket.generation) else {
+        let Some(slot) = slow.queue.get_mut(index, generation) else {
             // Invariant: a live ticket owns its slot. Treat a lost one as never granted.
             return Poll::Pending;
         };
         match &mut slot.state {
-            SlotState::Granted {
-                partition,
-                in_flight,
-            } => {
-                let permit = Permit {
-                    limiter: Arc::clone(self),
-                    partition: *partition,
-                    in_flight: *in_flight,
-                };
-                slow.queue.free(ticket.index);
-                ticket.done = true;
-                Poll::Ready(permit)
+            SlotState::Granted => {
+                slow.queue.free(index);
+                Poll::Ready(())
             }
             SlotState::Waiting { waker, .. } => {
                 match waker {
@@ -399,31 +382,26 @@ impl<C> Limiter<C> {
         }
     }
 
-    /// Withdraws a ticket: its permit if it was granted meanwhile, else `None`.
-    fn cancel(self: &Arc<Self>, ticket: &mut Ticket<C>) -> Option<Permit<C>> {
-        ticket.done = true;
+    /// Withdraws a queue slot. `true` if its permit had been granted meanwhile: the caller
+    /// then holds it.
+    fn withdraw(&self, index: usize, generation: u64) -> bool {
         let mut slow = lock(&self.slow);
-        let slot = slow.queue.get_mut(ticket.index, ticket.generation)?;
+        let Some(slot) = slow.queue.get_mut(index, generation) else {
+            return false;
+        };
         let state = std::mem::replace(&mut slot.state, SlotState::Free);
-        slow.queue.free(ticket.index);
+        slow.queue.free(index);
         match state {
-            SlotState::Granted {
-                partition,
-                in_flight,
-            } => Some(Permit {
-                limiter: Arc::clone(self),
-                partition,
-                in_flight,
-            }),
+            SlotState::Granted => true,
             SlotState::Waiting { .. } => {
-                if let Some(pos) = slow.queue.order.iter().position(|&i| i == ticket.index) {
+                if let Some(pos) = slow.queue.order.iter().position(|&i| i == index) {
                     slow.queue.order.remove(pos);
                 }
                 self.waiting.fetch_sub(1, SeqCst);
                 self.metrics.waiting.decrement(1.0);
-                None
+                false
             }
-            SlotState::Free => None,
+            SlotState::Free => false,
         }
     }
 
@@ -464,63 +442,118 @@ impl<C> Limiter<C> {
 }
 
 impl<C: Classifier> Limiter<C> {
-    /// Feeds a classified call to the adaptive algorithm: ignored verdicts are not counted;
-    /// failures, and calls the route deems slow, are drops.
-    pub(crate) fn record_verdict(
-        &self,
-        meta: &CallMeta,
-        verdict: Verdict,
-        start: Nanos,
-        in_flight: usize,
-    ) {
+    /// Feeds a classified call admitted at `start` (in the clock's microseconds, wrapping)
+    /// to the adaptive algorithm: ignored verdicts are not counted; failures, and calls the
+    /// route deems slow, are drops.
+    pub(crate) fn record_verdict(&self, route: RouteId, verdict: Verdict, start: u32) {
         if self.adaptive.is_none() || verdict.outcome() == Outcome::Ignored {
             return;
         }
         let end = self.clock.now();
-        let route = self.table.route(meta.route());
-        let dropped = verdict.is_failure() || verdict.is_slow() || route.is_slow(end.since(start));
+        let latency_us = micros(end).wrapping_sub(start);
+        let latency = Duration::from_micros(u64::from(latency_us));
+        let route = self.table.route(route);
+        let dropped = verdict.is_failure() || verdict.is_slow() || route.is_slow(latency);
         self.record(Sample {
-            start,
+            start: Nanos(end.0.saturating_sub(u64::from(latency_us) * 1_000)),
             end,
-            in_flight,
+            in_flight: self.in_flight.load(Relaxed),
             dropped,
         });
     }
 }
 
-// === impl Permit ===
-
-/// One admitted call's slot. Dropping it gives the slot back.
-pub(crate) struct Permit<C> {
-    limiter: Arc<Limiter<C>>,
-    partition: Option<usize>,
-    in_flight: usize,
+/// A point in time in whole microseconds, wrapping (every 71 minutes): differences of two
+/// are exact for calls shorter than that, and fit in four bytes.
+pub(crate) fn micros(at: Nanos) -> u32 {
+    (at.0 / 1_000) as u32
 }
 
-impl<C> Permit<C> {
-    pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
-        &self.limiter
+// === impl Lane ===
+
+/// A partition's way into the limiter (or the unreserved pool's): what a permit points to.
+///
+/// One per partition, created with the layer, so that a permit is one pointer and knows
+/// which partition to give its slot back to.
+pub(crate) struct Lane<C> {
+    pub(crate) limiter: Arc<Limiter<C>>,
+    partition: Option<u16>,
+}
+
+impl<C> Lane<C> {
+    /// The lanes of a limiter: the unreserved pool's first, then one per partition.
+    pub(crate) fn all(limiter: &Arc<Limiter<C>>) -> Arc<[Arc<Lane<C>>]> {
+        let lane = |partition| {
+            Arc::new(Lane {
+                limiter: Arc::clone(limiter),
+                partition,
+            })
+        };
+        let partitions = (0..limiter.partitions()).filter_map(|i| u16::try_from(i).ok());
+        std::iter::once(lane(None))
+            .chain(partitions.map(|i| lane(Some(i))))
+            .collect()
     }
 
-    /// Calls in flight when this one was admitted, itself included.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight
+    /// Takes a permit if one is free and nobody is queued ahead. `None` when full.
+    #[inline]
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Permit<C>> {
+        if self.limiter.admit(self.partition) {
+            Some(Permit {
+                lane: Arc::clone(self),
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Queues a call that found the limit full, or says why it is shed.
+    pub(crate) fn enqueue(self: &Arc<Self>) -> Result<Ticket<C>, Shed> {
+        let (index, generation) = self.limiter.enqueue(self.partition)?;
+        Ok(Ticket {
+            lane: Arc::clone(self),
+            index,
+            generation,
+            done: false,
+        })
     }
 }
 
-impl<C> fmt::Debug for Permit<C> {
+impl<C> fmt::Debug for Lane<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit")
+        f.debug_struct("Lane")
             .field("limiter", &self.limiter.name)
             .field("partition", &self.partition)
             .finish()
     }
 }
 
+// === impl Permit ===
+
+/// One admitted call's slot. Dropping it gives the slot back.
+///
+/// One pointer, so that the futures and response bodies holding one stay small: every
+/// healthy call moves them around a few times.
+pub(crate) struct Permit<C> {
+    lane: Arc<Lane<C>>,
+}
+
+impl<C> Permit<C> {
+    pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
+        &self.lane.limiter
+    }
+}
+
+impl<C> fmt::Debug for Permit<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit").field("lane", &self.lane).finish()
+    }
+}
+
 impl<C> Drop for Permit<C> {
     #[inline]
     fn drop(&mut self) {
-        self.limiter.release(self.partition);
+        self.lane.limiter.release(self.lane.partition);
     }
 }
 
@@ -529,36 +562,51 @@ impl<C> Drop for Permit<C> {
 /// A place in the queue. Dropping it withdraws from the queue (or gives back a permit that
 /// was granted but not yet taken).
 pub(crate) struct Ticket<C> {
-    limiter: Arc<Limiter<C>>,
+    lane: Arc<Lane<C>>,
     index: usize,
     generation: u64,
     done: bool,
 }
 
 impl<C> Ticket<C> {
+    /// The permit, once granted.
     pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Permit<C>> {
-        let limiter = Arc::clone(&self.limiter);
-        limiter.poll_ticket(self, cx)
+        if self.done {
+            return Poll::Pending;
+        }
+        match self.lane.limiter.poll_slot(self.index, self.generation, cx) {
+            Poll::Ready(()) => {
+                self.done = true;
+                Poll::Ready(Permit {
+                    lane: Arc::clone(&self.lane),
+                })
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     /// Withdraws; returns the permit if it was granted in the meantime.
     pub(crate) fn cancel(&mut self) -> Option<Permit<C>> {
-        if self.done {
+        if std::mem::replace(&mut self.done, true) {
             return None;
         }
-        let limiter = Arc::clone(&self.limiter);
-        limiter.cancel(self)
+        self.lane
+            .limiter
+            .withdraw(self.index, self.generation)
+            .then(|| Permit {
+                lane: Arc::clone(&self.lane),
+            })
     }
 
     pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
-        &self.limiter
+        &self.lane.limiter
     }
 }
 
 impl<C> fmt::Debug for Ticket<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ticket")
-            .field("limiter", &self.limiter.name)
+            .field("lane", &self.lane)
             .field("index", &self.index)
             .finish()
     }
@@ -590,12 +638,9 @@ enum SlotState {
     Free,
     Waiting {
         waker: Option<Waker>,
-        partition: Option<usize>,
+        partition: Option<u16>,
     },
-    Granted {
-        partition: Option<usize>,
-        in_flight: usize,
-    },
+    Granted,
 }
 
 impl Queue {
@@ -608,7 +653,7 @@ impl Queue {
         }
     }
 
-    fn insert(&mut self, partition: Option<usize>) -> (usize, u64) {
+    fn insert(&mut self, partition: Option<u16>) -> (usize, u64) {
         self.next_generation += 1;
         let generation = self.next_generation;
         let state = SlotState::Waiting {

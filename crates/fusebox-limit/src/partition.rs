@@ -158,6 +158,16 @@ impl<K: PartialEq, F> PartitionsBuilder<K, F> {
         if self.entries.is_empty() {
             v.fail("partitions", "must list at least one partition");
         }
+        if self.entries.len() > usize::from(u16::MAX) {
+            v.fail(
+                "partitions",
+                format!(
+                    "at most {} partitions, got {}",
+                    u16::MAX,
+                    self.entries.len()
+                ),
+            );
+        }
         let mut total = 0.0;
         for (i, (key, share)) in self.entries.iter().enumerate() {
             let share = *share;

@@ -1,11 +1,12 @@
 //! The service: admits each call in `call`, never in `poll_ready`.
 
+use crate::adaptive::CallInfo;
 use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
-use crate::limiter::Limiter;
+use crate::limiter::Lane;
 use crate::observe::LimitHandle;
 use crate::partition::{Partitioner, Unpartitioned};
-use fusebox_classify::{BoxError, Classifier, Nanos, StandardClassifier};
+use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
 use std::fmt;
@@ -23,16 +24,27 @@ use tower_service::Service;
 /// request, and this service keeps a fresh clone that the next `poll_ready` drives.
 pub struct ConcurrencyLimit<S, C = StandardClassifier, P = Unpartitioned> {
     inner: S,
-    limiter: Arc<Limiter<C>>,
+    /// The unreserved pool's lane first, then one per partition.
+    lanes: Arc<[Arc<Lane<C>>]>,
     partitioner: P,
 }
 
 impl<S, C, P> ConcurrencyLimit<S, C, P> {
-    pub(crate) fn new(inner: S, limiter: Arc<Limiter<C>>, partitioner: P) -> Self {
+    pub(crate) fn new(inner: S, lanes: Arc<[Arc<Lane<C>>]>, partitioner: P) -> Self {
         ConcurrencyLimit {
             inner,
-            limiter,
+            lanes,
             partitioner,
+        }
+    }
+
+    /// The lane of a partitioner's answer: the unreserved pool's (0) for none, or for an
+    /// index outside the partition list.
+    #[inline]
+    fn lane(&self, partition: Option<usize>) -> usize {
+        match partition {
+            Some(i) if i < self.lanes.len() - 1 => i + 1,
+            _ => 0,
         }
     }
 
@@ -56,7 +68,7 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
     where
         C: Send + Sync + 'static,
     {
-        LimitHandle::new(self.limiter.clone())
+        LimitHandle::new(self.lanes[0].limiter.clone())
     }
 }
 
@@ -64,7 +76,7 @@ impl<S: Clone, C, P: Clone> Clone for ConcurrencyLimit<S, C, P> {
     fn clone(&self) -> Self {
         ConcurrencyLimit {
             inner: self.inner.clone(),
-            limiter: Arc::clone(&self.limiter),
+            lanes: Arc::clone(&self.lanes),
             partitioner: self.partitioner.clone(),
         }
     }
@@ -74,7 +86,7 @@ impl<S: fmt::Debug, C, P> fmt::Debug for ConcurrencyLimit<S, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimit")
             .field("inner", &self.inner)
-            .field("limiter", &self.limiter)
+            .field("limiter", &self.lanes[0].limiter)
             .finish_non_exhaustive()
     }
 }
@@ -96,29 +108,49 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline]
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let limiter = &self.limiter;
-        let partition = self.partitioner.partition(&request);
-        let meta = if limiter.is_adaptive() {
-            Some(limiter.table.meta(&request))
+        let index = self.lane(self.partitioner.partition(&request));
+        let lane = &self.lanes[index];
+        let limiter = &lane.limiter;
+        let mut call = if limiter.is_adaptive() {
+            Some(CallInfo::new(limiter, &request))
         } else {
             None
         };
-        if let Some(permit) = limiter.try_acquire(partition) {
-            let start = if meta.is_some() {
-                limiter.clock.now()
-            } else {
-                Nanos::ZERO
-            };
-            return ResponseFuture::called(self.inner.call(request), permit, meta, start);
+        match lane.try_acquire() {
+            Some(permit) => {
+                if let Some(call) = call.as_mut() {
+                    call.admitted(limiter.clock.now());
+                }
+                ResponseFuture::called(self.inner.call(request), permit, call)
+            }
+            None => self.wait_or_shed(index, request, call),
         }
-        match limiter.enqueue(partition) {
+    }
+}
+
+impl<S, C, P> ConcurrencyLimit<S, C, P> {
+    /// A call that found the limit full: queued if there is a queue with room, else shed.
+    #[inline(never)]
+    fn wait_or_shed<B>(
+        &mut self,
+        index: usize,
+        request: Request<B>,
+        call: Option<CallInfo>,
+    ) -> ResponseFuture<S, B, C>
+    where
+        S: Service<Request<B>> + Clone,
+    {
+        let lane = &self.lanes[index];
+        let limiter = &lane.limiter;
+        match lane.enqueue() {
             Ok(ticket) => {
                 let max_wait = limiter.queue.map(|q| q.max_wait()).unwrap_or_default();
                 let deadline = tokio::time::Instant::now() + max_wait;
                 let fresh = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, fresh);
-                ResponseFuture::queued(ticket, deadline, ready, request, meta)
+                ResponseFuture::queued(ticket, deadline, ready, request, call)
             }
             Err(why) => ResponseFuture::shed(limiter.shed(why)),
         }

@@ -858,3 +858,26 @@ fn futures_and_services_are_send_and_static() {
     fn body_is_send<B: http_body::Body + Send + 'static>() {}
     body_is_send::<ResponseBody<Full<Bytes>, StandardClassifier>>();
 }
+
+#[test]
+fn healthy_responses_stay_small() {
+    // The compiler copies up to 128 bytes inline and calls memcpy beyond: a response that
+    // crosses that line costs every call a few library calls. The body's completion is two
+    // words (a permit, or a boxed pending verdict), with a niche for the pass-through.
+    type Empty = http_body_util::Empty<Bytes>;
+    assert_eq!(
+        std::mem::size_of::<Option<Completion<StandardClassifier>>>(),
+        16
+    );
+    assert_eq!(
+        std::mem::size_of::<Response<ResponseBody<Empty, StandardClassifier>>>(),
+        std::mem::size_of::<Response<Empty>>() + 16
+    );
+    // The future adds a permit (one pointer) and an adaptive call's record (one word).
+    type Ready = std::future::Ready<Result<Response<Empty>, Infallible>>;
+    type Bare = tower::util::ServiceFn<fn(Req) -> Ready>;
+    assert_eq!(
+        std::mem::size_of::<ResponseFuture<Bare, (), StandardClassifier>>(),
+        std::mem::size_of::<Ready>() + 16
+    );
+}
