@@ -206,7 +206,7 @@ async fn retry_after_server(
     let arrivals = Arc::new(Mutex::new(Vec::new()));
     let log = Arc::clone(&arrivals);
     let server = TestServer::with_behaviour(Arc::new(move |_: &RequestSeen, n| {
-        log.lock().unwrap().push(Instant::now());
+        log.lock().expect("arrivals lock").push(Instant::now());
         if n == 0 {
             Reply::status(503).header("retry-after", &retry_after())
         } else {
