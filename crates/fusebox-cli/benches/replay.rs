@@ -1,0 +1,163 @@
+//! Replay throughput: recorded calls per second, read and run through the breakers.
+//!
+//! Run with: `cargo bench -p fusebox-cli --bench replay`
+//!
+//! The data is generated: an hour of traffic on four routes of two policies at ~2,800
+//! calls per second, a latency spread from 2 ms to 2 s, an incident of 503s and slow calls in
+//! the middle (so the breakers trip, probe and close), as CSV with RFC 3339 timestamps and
+//! as JSON lines. Each iteration replays the whole buffer, parsing included; criterion
+//! reports elements (calls) per second.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use fusebox_cli::config::load_policy_file;
+use fusebox_cli::input::SourceFile;
+use fusebox_cli::replay::calls::format_rfc3339;
+use fusebox_cli::replay::sweep::{Grid, SweepOptions, sweep};
+use fusebox_cli::replay::{ReplayOptions, replay};
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::time::Duration;
+
+const POLICIES: &str = r#"
+[policies.orders]
+slow_call_duration = "500ms"
+[policies.orders.breaker]
+window = { kind = "count", size = 100 }
+minimum_calls = 20
+failure_rate_threshold = 50
+slow_call_rate_threshold = 80
+open_wait = "5s"
+open_wait_jitter = "1s"
+[policies.orders.routes."GET /orders/{id}"]
+[policies.orders.routes."POST /orders"]
+slow_call_duration = "1s"
+
+[policies.payments]
+[policies.payments.breaker]
+window = { kind = "time", duration = "10s", buckets = 10 }
+minimum_calls = 10
+failure_rate_threshold = 30
+[policies.payments.routes."POST /charges"]
+[policies.payments.routes."GET /charges/{id}"]
+"#;
+
+const ROUTES: [&str; 4] = [
+    "GET /orders/{id}",
+    "POST /orders",
+    "POST /charges",
+    "GET /charges/{id}",
+];
+
+/// `n` calls; xorshift for reproducible noise.
+fn generate(n: usize, json: bool) -> Vec<u8> {
+    let mut s = String::with_capacity(n * 60);
+    if !json {
+        s.push_str("timestamp,route,status,latency_ms\n");
+    }
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let start: u64 = 1_714_564_800_000_000_000;
+    let mut t = start;
+    for i in 0..n {
+        t += 200_000 + next() % 300_000; // 0.2–0.5 ms apart
+        let r = next();
+        let route = ROUTES[(r % 4) as usize];
+        let incident = (n * 2 / 5..n / 2).contains(&i);
+        let status = match (incident, r % 100) {
+            (true, 0..=59) => "503",
+            (true, _) => "200",
+            (false, 0) => "503",
+            (false, 1) => "timeout",
+            (false, 2) => "404",
+            (false, 3) => "429",
+            _ => "200",
+        };
+        let latency_us = if incident && r % 7 == 0 {
+            800_000 + next() % 1_200_000
+        } else {
+            2_000 + next() % 40_000
+        };
+        let ts = format_rfc3339(t);
+        if json {
+            let _ = writeln!(
+                s,
+                "{{\"timestamp\":\"{ts}\",\"route\":\"{route}\",\"status\":\"{status}\",\"latency_ms\":{}.{:03}}}",
+                latency_us / 1000,
+                latency_us % 1000
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "{ts},{route},{status},{}.{:03}",
+                latency_us / 1000,
+                latency_us % 1000
+            );
+        }
+    }
+    s.into_bytes()
+}
+
+fn bench(c: &mut Criterion) {
+    let policies = load_policy_file(&SourceFile::new("bench.toml", POLICIES))
+        .expect("the bench policies are valid");
+    let n = 2_000_000;
+    let csv = generate(n, false);
+    let jsonl = generate(n, true);
+    let options = ReplayOptions::default();
+
+    // Sanity: the incident trips the breakers.
+    let report = replay(&policies, "calls.csv", &csv, &options).expect("replays");
+    assert!(report.breakers.iter().all(|b| b.stats.openings > 0));
+
+    let mut g = c.benchmark_group("replay");
+    g.throughput(Throughput::Elements(n as u64));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(10));
+    g.bench_function("csv", |b| {
+        b.iter(|| black_box(replay(&policies, "calls.csv", black_box(&csv), &options)))
+    });
+    g.bench_function("jsonl", |b| {
+        b.iter(|| {
+            black_box(replay(
+                &policies,
+                "calls.jsonl",
+                black_box(&jsonl),
+                &options,
+            ))
+        })
+    });
+    let grid = Grid {
+        failure_rates: vec![30, 50, 70],
+        minimum_calls: vec![10, 50],
+        ..Grid::default()
+    };
+    let sweep_options = SweepOptions {
+        grid,
+        policy: Some("orders".into()),
+        incident: None,
+        within: Duration::from_secs(30),
+        replay: options.clone(),
+        threads: 0,
+    };
+    // A sweep of 6 settings: throughput counts every call of every setting.
+    g.throughput(Throughput::Elements(6 * n as u64));
+    g.bench_function("sweep_6_settings_csv", |b| {
+        b.iter(|| {
+            black_box(sweep(
+                &policies,
+                "calls.csv",
+                black_box(&csv),
+                &sweep_options,
+            ))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

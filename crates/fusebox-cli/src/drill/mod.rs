@@ -1,0 +1,506 @@
+//! `fusebox drill`: a live fault drill against a real, flaky dependency.
+//!
+//! A breaker should be tried under failure before it is trusted. A drill starts the
+//! scenario's dependency on 127.0.0.1 ([`server`]), wraps a hyper-util client in the
+//! scenario's policy ([`stack`]), drives traffic at the scenario's rate and concurrency
+//! for the length of its phases, prints progress and every breaker transition as it
+//! happens, and ends with a report ([`report`]): a summary table, the expectations
+//! checked, a JSON document and an SVG chart ([`crate::chart`]).
+//!
+//! Everything runs on tokio's clock. The binary runs drills in real time (they are live
+//! drills); `--virtual-time` (and the tests) run them on a paused clock that jumps over
+//! idle waits, so the same sockets and layers take milliseconds instead of seconds.
+
+pub mod report;
+pub mod server;
+pub mod stack;
+
+use crate::config::fmt_duration;
+use crate::input::InputError;
+use crate::scenario::Scenario;
+use bytes::Bytes;
+use fusebox_breaker::{BreakerEvent, EventKind, State};
+use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
+use fusebox_redis::{OnRedis, RedisStoreConfig};
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use report::{CallOutcome, CallRecord, DrillReport, Logged, Sample, TransitionInfo};
+use stack::{Tap, TapFn};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tower::ServiceExt;
+
+/// Where live output goes (one line per call).
+pub type Out = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How to run a drill, beyond the scenario.
+#[derive(Debug, Clone)]
+pub struct DrillOptions {
+    /// Client replicas, each with its own breaker (in-memory state).
+    pub replicas: usize,
+    /// Print a progress line every this often (`None`: no progress lines).
+    pub progress: Option<Duration>,
+    /// Keep the replicas' breaker state on Redis, shared (`None`: in memory, each its own).
+    pub store: Option<RedisStoreConfig>,
+}
+
+impl Default for DrillOptions {
+    fn default() -> Self {
+        DrillOptions {
+            replicas: 1,
+            progress: Some(Duration::from_secs(1)),
+            store: None,
+        }
+    }
+}
+
+/// The Redis store for `--store URL`. Unless the URL names a scope (`dep=`), the drill gets
+/// a fresh one of its own (`fusebox-drill-<scenario>-<random>`), so that state left by an
+/// earlier run cannot start this one open.
+pub fn store_config(url: &str, scenario: &Scenario) -> Result<RedisStoreConfig, InputError> {
+    let has_scope = url
+        .split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|p| p.starts_with("dep=")));
+    let url = if has_scope {
+        url.to_owned()
+    } else {
+        let name: String = scenario
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(40)
+            .collect();
+        let nonce = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            std::process::id(),
+        ) & 0xff_ffff;
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}dep=fusebox-drill-{name}-{nonce:06x}")
+    };
+    RedisStoreConfig::from_url(&url).map_err(|e| InputError::new(format!("--store: {e}")))
+}
+
+/// Why a drill could not run.
+#[derive(Debug)]
+pub enum DrillError {
+    /// Bad input (a policy that cannot be built).
+    Input(InputError),
+    /// The machine said no (a port, a socket).
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for DrillError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrillError::Input(e) => e.fmt(f),
+            DrillError::Io(e) => write!(f, "cannot run the drill: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DrillError {}
+
+struct Replica {
+    stack: stack::Stack,
+    log: Arc<Mutex<Vec<Logged>>>,
+    records: Arc<Mutex<Vec<CallRecord>>>,
+    in_flight: Arc<AtomicUsize>,
+    samples: Vec<Sample>,
+}
+
+fn ns_since(t0: Instant) -> u64 {
+    Instant::now().saturating_duration_since(t0).as_nanos() as u64
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// The state's name as the output writes it.
+pub fn state_name(s: State) -> &'static str {
+    match s {
+        State::Closed => "CLOSED",
+        State::Open => "OPEN",
+        State::HalfOpen => "HALF_OPEN",
+        State::ForcedOpen => "FORCED_OPEN",
+        State::Disabled => "DISABLED",
+        State::MetricsOnly => "METRICS_ONLY",
+    }
+}
+
+/// Seconds since the start, as the output writes them.
+pub fn clock(ns: u64) -> String {
+    format!("{:>7.3}s", ns as f64 / 1e9)
+}
+
+/// One live line for a transition.
+pub fn transition_line(
+    tag: &str,
+    at: u64,
+    t: &TransitionInfo,
+    failure_threshold: u8,
+    slow_threshold: u8,
+) -> String {
+    let w = &t.window;
+    let cmp = |rate: f64, threshold: u8| {
+        if rate >= f64::from(threshold) {
+            format!("≥ {threshold} %")
+        } else {
+            format!("< {threshold} %")
+        }
+    };
+    let mut line = format!(
+        "[{}] {tag}{:<27} {:<20} window {} calls: {} failed ({:.1} % {}), {} slow ({:.1} % {})",
+        clock(at),
+        format!("{} → {}", state_name(t.from), state_name(t.to)),
+        t.reason.as_str(),
+        w.calls,
+        w.failures,
+        w.failure_rate(),
+        cmp(w.failure_rate(), failure_threshold),
+        w.slow,
+        w.slow_rate(),
+        cmp(w.slow_rate(), slow_threshold),
+    );
+    if let Some(open) = t.open_for {
+        line.push_str(&format!(
+            "  open {} (jitter {})",
+            fmt_duration(Duration::from_millis(open.as_millis() as u64)),
+            fmt_duration(Duration::from_millis(
+                t.jitter.unwrap_or_default().as_millis() as u64
+            ))
+        ));
+    }
+    line
+}
+
+/// Classifies what the caller got.
+fn outcome_of_error(e: &(dyn std::error::Error + 'static)) -> CallOutcome {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<CircuitOpen>() {
+            return CallOutcome::RejectedBreaker;
+        }
+        if err.is::<Overloaded>() {
+            return CallOutcome::RejectedLimit;
+        }
+        if err.is::<Elapsed>() {
+            return CallOutcome::Timeout;
+        }
+        next = err.source();
+    }
+    CallOutcome::ConnectionError
+}
+
+/// Runs `scenario` and returns its report. Live lines (phases, transitions, progress) go
+/// to `out` as they happen.
+pub async fn run(
+    scenario: &Scenario,
+    options: &DrillOptions,
+    out: Out,
+) -> Result<DrillReport, DrillError> {
+    let replicas_n = options.replicas.max(1);
+    let t0 = Instant::now();
+    let dependency = server::Dependency::start(scenario, t0)
+        .await
+        .map_err(DrillError::Io)?;
+    let uri: http::Uri = format!("http://{}{}", dependency.addr(), scenario.traffic.path)
+        .parse()
+        .map_err(|e| DrillError::Input(InputError::new(format!("bad traffic.path: {e}"))))?;
+    let breaker_cfg = scenario
+        .policy
+        .breaker
+        .clone()
+        .ok_or_else(|| DrillError::Input(InputError::new("the policy has no breaker")))?;
+    let (fthr, sthr) = (
+        breaker_cfg.failure_rate_threshold(),
+        breaker_cfg.slow_call_rate_threshold(),
+    );
+
+    let mut replicas = Vec::with_capacity(replicas_n);
+    for r in 0..replicas_n {
+        let log: Arc<Mutex<Vec<Logged>>> = Arc::new(Mutex::new(Vec::new()));
+        let tag = if replicas_n > 1 {
+            format!("r{} ", r + 1)
+        } else {
+            String::new()
+        };
+        let (l, o) = (Arc::clone(&log), Arc::clone(&out));
+        let listener = move |ev: &BreakerEvent| {
+            if let EventKind::Transition(t) = &ev.kind {
+                let at = ns_since(t0);
+                let info = TransitionInfo {
+                    at,
+                    from: t.from,
+                    to: t.to,
+                    reason: t.reason,
+                    window: t.window,
+                    open_for: t.open_for,
+                    jitter: t.jitter,
+                };
+                o(&transition_line(&tag, at, &info, fthr, sthr));
+                lock(&l).push(Logged::Transition(info));
+            }
+        };
+        let tl = Arc::clone(&log);
+        let tap: TapFn = Arc::new(move |tap: Tap| {
+            let at = ns_since(t0);
+            lock(&tl).push(Logged::Tap(tap, at));
+        });
+        let redis = match &options.store {
+            Some(config) => {
+                let redis = OnRedis::new(config.clone());
+                if redis.prefetch(&breaker_cfg, None).await.is_none() {
+                    return Err(DrillError::Io(std::io::Error::other(format!(
+                        "--store: Redis at {} does not answer",
+                        config.url()
+                    ))));
+                }
+                Some(redis)
+            }
+            None => None,
+        };
+        let stack = stack::build(
+            &scenario.policy,
+            scenario.seed + r as u64,
+            listener,
+            tap,
+            redis,
+        )
+        .map_err(DrillError::Input)?;
+        replicas.push(Replica {
+            stack,
+            log,
+            records: Arc::new(Mutex::new(Vec::new())),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            samples: Vec::new(),
+        });
+    }
+
+    let total = scenario.duration();
+    out(&format!(
+        "drill {:?}: {} at {} calls/s (at most {} in flight){}, dependency on http://{}",
+        scenario.name,
+        fmt_duration(total),
+        scenario.traffic.rate,
+        scenario.traffic.concurrency,
+        if replicas_n > 1 {
+            format!(", {replicas_n} replicas")
+        } else {
+            String::new()
+        },
+        dependency.addr()
+    ));
+
+    let bucket = report::bucket_width(total);
+    let rate = scenario.traffic.rate;
+    let tick = Duration::from_secs_f64((1.0 / rate).clamp(0.001, 0.05));
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut calls: JoinSet<()> = JoinSet::new();
+    let mut issued: u64 = 0;
+    let mut phase_shown = usize::MAX;
+    let mut next_sample = Duration::ZERO;
+    let mut next_progress = options.progress.unwrap_or(Duration::MAX);
+    loop {
+        interval.tick().await;
+        let elapsed = Instant::now().saturating_duration_since(t0);
+        while elapsed >= next_sample {
+            for r in &mut replicas {
+                let snap = r.stack.breaker.snapshot();
+                r.samples.push(Sample {
+                    at_ms: next_sample.as_secs_f64() * 1e3,
+                    state: snap.state.as_str(),
+                    failure_rate: snap.failure_rate,
+                    slow_rate: snap.slow_call_rate,
+                    window_calls: snap.window.calls,
+                });
+            }
+            next_sample += bucket;
+        }
+        if elapsed >= total {
+            break;
+        }
+        let (phase, _) = scenario.phase_at(elapsed);
+        if phase != phase_shown {
+            phase_shown = phase;
+            let p = &scenario.phases[phase];
+            out(&format!(
+                "[{}] ── phase {:?} for {}: {}",
+                clock(elapsed.as_nanos() as u64),
+                p.name,
+                fmt_duration(p.duration),
+                p.describe()
+            ));
+        }
+        if elapsed >= next_progress {
+            out(&progress_line(
+                elapsed,
+                &scenario.phases[phase].name,
+                &replicas,
+            ));
+            next_progress += options.progress.unwrap_or(Duration::MAX);
+        }
+        let due = (elapsed.as_secs_f64() * rate) as u64 + 1;
+        while issued < due {
+            issued += 1;
+            for r in &replicas {
+                let start = ns_since(t0);
+                if r.in_flight.load(Ordering::Relaxed) >= scenario.traffic.concurrency {
+                    lock(&r.records).push(CallRecord {
+                        start,
+                        latency: 0,
+                        outcome: CallOutcome::Skipped,
+                    });
+                    continue;
+                }
+                r.in_flight.fetch_add(1, Ordering::Relaxed);
+                let request = Request::builder()
+                    .method(scenario.traffic.method.clone())
+                    .uri(uri.clone())
+                    .body(Empty::<Bytes>::new());
+                let (svc, records, in_flight) = (
+                    r.stack.service.clone(),
+                    Arc::clone(&r.records),
+                    Arc::clone(&r.in_flight),
+                );
+                calls.spawn(async move {
+                    let outcome = match request {
+                        Ok(request) => match svc.oneshot(request).await {
+                            Ok(response) => {
+                                let status = response.status().as_u16();
+                                match response.into_body().collect().await {
+                                    Ok(_) => CallOutcome::Status(status),
+                                    Err(e) => outcome_of_error(&*e),
+                                }
+                            }
+                            Err(e) => outcome_of_error(&*e),
+                        },
+                        Err(_) => CallOutcome::ConnectionError,
+                    };
+                    let latency = ns_since(t0).saturating_sub(start);
+                    lock(&records).push(CallRecord {
+                        start,
+                        latency,
+                        outcome,
+                    });
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+        }
+        // Reap finished calls so the set stays small.
+        while calls.try_join_next().is_some() {}
+    }
+
+    // Let the calls in flight finish, within reason: a timeout bounds each call; without
+    // one, wait for the slowest latency the scenario can produce.
+    let drain = scenario
+        .policy
+        .timeout
+        .as_ref()
+        .map_or(Duration::from_secs(30), |t| t.default_timeout() * 2)
+        + Duration::from_secs(1);
+    let drained =
+        tokio::time::timeout(drain, async { while calls.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        out(&format!(
+            "[{}] {} calls still in flight after {}: abandoned",
+            clock(ns_since(t0)),
+            calls.len(),
+            fmt_duration(drain)
+        ));
+        calls.abort_all();
+        while calls.join_next().await.is_some() {}
+    }
+    let ended = ns_since(t0);
+    for r in &mut replicas {
+        let snap = r.stack.breaker.snapshot();
+        r.samples.push(Sample {
+            at_ms: ended as f64 / 1e6,
+            state: snap.state.as_str(),
+            failure_rate: snap.failure_rate,
+            slow_rate: snap.slow_call_rate,
+            window_calls: snap.window.calls,
+        });
+    }
+    let shared_handle = replicas.first().map(|r| r.stack.breaker.clone());
+    let inputs: Vec<report::ReplicaInput> = replicas
+        .into_iter()
+        .map(|r| report::ReplicaInput {
+            final_state: r.stack.breaker.state(),
+            log: std::mem::take(&mut *lock(&r.log)),
+            records: std::mem::take(&mut *lock(&r.records)),
+            samples: r.samples,
+        })
+        .collect();
+    if options.store.is_some()
+        && let Some(first) = &shared_handle
+    {
+        // Leave the shared scope closed, so that Redis lets it expire.
+        first.reset();
+    }
+    Ok(report::build(
+        scenario,
+        replicas_n,
+        total,
+        ended,
+        bucket,
+        inputs,
+        dependency.served(),
+        dependency.max_in_flight(),
+    ))
+}
+
+fn progress_line(elapsed: Duration, phase: &str, replicas: &[Replica]) -> String {
+    let mut calls = 0u64;
+    let mut ok = 0u64;
+    let mut failed = 0u64;
+    let mut rej_b = 0u64;
+    let mut rej_l = 0u64;
+    let mut timeouts = 0u64;
+    let mut errors = 0u64;
+    for r in replicas {
+        for c in lock(&r.records).iter() {
+            calls += 1;
+            match c.outcome {
+                CallOutcome::Status(s) if s < 500 => ok += 1,
+                CallOutcome::Status(_) => failed += 1,
+                CallOutcome::RejectedBreaker => rej_b += 1,
+                CallOutcome::RejectedLimit => rej_l += 1,
+                CallOutcome::Timeout => timeouts += 1,
+                CallOutcome::ConnectionError => errors += 1,
+                CallOutcome::Skipped => {}
+            }
+        }
+    }
+    let states: Vec<String> = replicas
+        .iter()
+        .map(|r| {
+            let s = r.stack.breaker.snapshot();
+            format!(
+                "{} (failure {:.0} %, slow {:.0} %)",
+                s.state.as_str(),
+                s.failure_rate,
+                s.slow_call_rate
+            )
+        })
+        .collect();
+    format!(
+        "[{}] {:<12} done {calls}: {ok} answered, {failed} 5xx, {timeouts} timed out, {errors} conn errors, {rej_b} rejected by breaker, {rej_l} by limit | breaker {}",
+        clock(elapsed.as_nanos() as u64),
+        phase,
+        states.join(", ")
+    )
+}

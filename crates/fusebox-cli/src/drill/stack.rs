@@ -1,0 +1,185 @@
+//! The drill client's middleware, composed from a policy — the one place that knows how.
+//!
+//! The layers go in the order a fusebox `Policy` uses (DESIGN.md): retry budget
+//! (outermost) → circuit breaker → concurrency limit → timeout (innermost) → hyper-util
+//! client, each present when the policy has it. Until the `fusebox` facade's `Policy`
+//! lands, this module stacks the layer crates itself with `tower` combinators; switching
+//! to `fusebox::Policy` changes only [`build`].
+//!
+//! Three taps record, in one ordered log shared with the breaker's transitions, every
+//! call that reaches the breaker (an attempt: retries count), every call the breaker
+//! admits, and every call sent on to the dependency (past the limit). From that log the
+//! drill counts retries and checks how many calls each half-open period let through.
+
+use crate::config::{BreakerOverrides, PolicySpec};
+use crate::input::InputError;
+use bytes::Bytes;
+use fusebox_breaker::{BreakerEvent, BreakerHandle, CircuitBreakerLayer, Store};
+use fusebox_classify::BoxError;
+use fusebox_classify::StandardClassifier;
+use fusebox_limit::{ConcurrencyLimitLayer, LimitHandle};
+use fusebox_redis::OnRedis;
+use fusebox_retry::{ReplayBody, RetryBudgetLayer};
+use fusebox_timeout::TimeoutLayer;
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
+use tower::util::BoxCloneService;
+use tower::{Layer, ServiceExt};
+
+/// The request the drill sends.
+pub type DrillRequest = Request<Empty<Bytes>>;
+/// The response body, boxed.
+pub type DrillBody = UnsyncBoxBody<Bytes, BoxError>;
+/// The client service.
+pub type DrillService = BoxCloneService<DrillRequest, Response<DrillBody>, BoxError>;
+
+/// Where a call was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tap {
+    /// Reached the breaker (each retry is another attempt).
+    Attempt,
+    /// Admitted by the breaker.
+    Admitted,
+    /// Sent to the dependency (past the limit).
+    Sent,
+}
+
+/// Told of every tapped call, synchronously.
+pub type TapFn = Arc<dyn Fn(Tap) + Send + Sync>;
+
+/// A client wrapped in its policy, and handles on its layers.
+#[derive(Debug)]
+pub struct Stack {
+    /// The service.
+    pub service: DrillService,
+    /// The breaker's handle.
+    pub breaker: BreakerHandle,
+    /// The limit's handle, if the policy has a limit.
+    pub limit: Option<LimitHandle>,
+}
+
+fn boxed<B>(response: Response<B>) -> Response<DrillBody>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    response.map(|b| b.map_err(Into::into).boxed_unsync())
+}
+
+/// Builds the client for `policy`: `seed` seeds the breaker's jitter (unless the policy
+/// sets one), `listener` hears every breaker event, `tap` every call at each tap; with
+/// `redis`, the breaker keeps its state there (shared by every replica on the same scope).
+pub fn build(
+    policy: &PolicySpec,
+    seed: u64,
+    listener: impl Fn(&BreakerEvent) + Send + Sync + 'static,
+    tap: TapFn,
+    redis: Option<OnRedis>,
+) -> Result<Stack, InputError> {
+    let config = match policy.breaker_with(&BreakerOverrides {
+        default_seed: Some(seed),
+        ..BreakerOverrides::default()
+    }) {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            return Err(InputError::new(format!(
+                "policy {:?}: invalid breaker: {e}",
+                policy.name
+            )));
+        }
+        None => {
+            return Err(InputError::new(format!(
+                "policy {:?} has no breaker: a drill exercises one",
+                policy.name
+            )));
+        }
+    };
+    let builder = CircuitBreakerLayer::builder(config)
+        .routes(policy.routes.clone())
+        .on_event(listener);
+    match redis {
+        Some(redis) => Ok(with_breaker(policy, builder.store(redis).build(), &tap)),
+        None => Ok(with_breaker(policy, builder.build(), &tap)),
+    }
+}
+
+fn with_breaker<St: Store>(
+    policy: &PolicySpec,
+    breaker: CircuitBreakerLayer<StandardClassifier, St>,
+    tap: &TapFn,
+) -> Stack {
+    match &policy.retry {
+        Some(retry) => {
+            let (inner, handle, limit) =
+                inner::<ReplayBody<Empty<Bytes>>, St>(policy, breaker, tap);
+            let layer = RetryBudgetLayer::new(retry.clone(), policy.routes.clone());
+            let service = BoxCloneService::new(layer.layer(inner).map_response(boxed));
+            Stack {
+                service,
+                breaker: handle,
+                limit,
+            }
+        }
+        None => {
+            let (service, handle, limit) = inner::<Empty<Bytes>, St>(policy, breaker, tap);
+            Stack {
+                service,
+                breaker: handle,
+                limit,
+            }
+        }
+    }
+}
+
+type Inner<B> = BoxCloneService<Request<B>, Response<DrillBody>, BoxError>;
+
+/// Breaker → limit → timeout → client, for request bodies of type `B` (the retry layer
+/// wraps bodies to replay them).
+fn inner<B, St>(
+    policy: &PolicySpec,
+    breaker: CircuitBreakerLayer<StandardClassifier, St>,
+    tap: &TapFn,
+) -> (Inner<B>, BreakerHandle, Option<LimitHandle>)
+where
+    B: Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<BoxError>,
+    St: Store,
+{
+    let client: Client<_, B> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(1024)
+        .build_http();
+    let mut svc: Inner<B> = BoxCloneService::new(
+        client
+            .map_response(boxed)
+            .map_err(|e| -> BoxError { Box::new(e) }),
+    );
+    if let Some(t) = &policy.timeout {
+        let layer = TimeoutLayer::new(policy.routes.clone(), t.clone());
+        svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
+    }
+    svc = tapped(svc, tap, Tap::Sent);
+    let mut limit = None;
+    if let Some(l) = &policy.limit {
+        let layer = ConcurrencyLimitLayer::with_routes(l.clone(), policy.routes.clone());
+        limit = Some(layer.handle());
+        svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
+    }
+    svc = tapped(svc, tap, Tap::Admitted);
+    let handle = breaker.handle();
+    svc = BoxCloneService::new(breaker.layer(svc).map_response(boxed));
+    svc = tapped(svc, tap, Tap::Attempt);
+    (svc, handle, limit)
+}
+
+fn tapped<B: Send + 'static>(svc: Inner<B>, tap: &TapFn, at: Tap) -> Inner<B> {
+    let tap = Arc::clone(tap);
+    BoxCloneService::new(svc.map_request(move |req: Request<B>| {
+        tap(at);
+        req
+    }))
+}

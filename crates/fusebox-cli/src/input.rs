@@ -1,0 +1,198 @@
+//! Errors in what the user gave us, located to the file, line and column.
+//!
+//! Every command reads files a person wrote or a system recorded: scenario and policy files
+//! (TOML) and call logs (CSV or JSON lines). A mistake in one of them must be found at once
+//! and told precisely — `calls.csv:4812:1: bad timestamp "2024-13-01T00:00:00Z": month 13
+//! is out of range` — never as a panic or a bare "invalid input". [`InputError`] carries the
+//! position; [`SourceFile`] turns byte offsets (from the TOML parser's spans, or the call
+//! parser's cursor) into lines and columns.
+
+use std::fmt;
+use std::ops::Range;
+use std::path::Path;
+
+/// A problem in an input file or flag: where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputError {
+    file: Option<String>,
+    line: Option<u32>,
+    column: Option<u32>,
+    reason: String,
+}
+
+impl InputError {
+    /// A problem that belongs to no file (a flag, a missing feature).
+    pub fn new(reason: impl Into<String>) -> Self {
+        InputError {
+            file: None,
+            line: None,
+            column: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// A problem with a whole file (it cannot be read, it is empty).
+    pub fn in_file(file: impl Into<String>, reason: impl Into<String>) -> Self {
+        InputError {
+            file: Some(file.into()),
+            line: None,
+            column: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// A problem at a line (1-based) and column (1-based) of a file.
+    pub fn at(file: impl Into<String>, line: u32, column: u32, reason: impl Into<String>) -> Self {
+        InputError {
+            file: Some(file.into()),
+            line: Some(line),
+            column: Some(column),
+            reason: reason.into(),
+        }
+    }
+
+    /// The file, if the problem is in one.
+    pub fn file(&self) -> Option<&str> {
+        self.file.as_deref()
+    }
+
+    /// The line (1-based), if known.
+    pub fn line(&self) -> Option<u32> {
+        self.line
+    }
+
+    /// The column (1-based), if known.
+    pub fn column(&self) -> Option<u32> {
+        self.column
+    }
+
+    /// What is wrong.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.line, self.column) {
+            (Some(file), Some(line), Some(col)) => {
+                write!(f, "{file}:{line}:{col}: {}", self.reason)
+            }
+            (Some(file), Some(line), None) => write!(f, "{file}:{line}: {}", self.reason),
+            (Some(file), None, _) => write!(f, "{file}: {}", self.reason),
+            (None, _, _) => f.write_str(&self.reason),
+        }
+    }
+}
+
+impl std::error::Error for InputError {}
+
+/// A text file in memory, with what it takes to turn a byte offset into a line and column.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    name: String,
+    text: String,
+    line_starts: Vec<usize>,
+}
+
+impl SourceFile {
+    /// Reads `path` (UTF-8 text).
+    pub fn read(path: &Path) -> Result<SourceFile, InputError> {
+        let name = path.display().to_string();
+        let bytes = std::fs::read(path)
+            .map_err(|e| InputError::in_file(&name, format!("cannot read the file: {e}")))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let offset = e.utf8_error().valid_up_to();
+            let valid = &e.as_bytes()[..offset];
+            let line = 1 + valid.iter().filter(|&&b| b == b'\n').count() as u32;
+            let column = 1 + valid.iter().rev().take_while(|&&b| b != b'\n').count() as u32;
+            InputError::at(&name, line, column, "the file is not UTF-8 text")
+        })?;
+        Ok(SourceFile::new(name, text))
+    }
+
+    /// A file from text already in memory (built-in scenarios, tests); `name` is what
+    /// errors call it.
+    pub fn new(name: impl Into<String>, text: impl Into<String>) -> SourceFile {
+        let text = text.into();
+        let mut line_starts = vec![0];
+        line_starts.extend(
+            text.bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        SourceFile {
+            name: name.into(),
+            text,
+            line_starts,
+        }
+    }
+
+    /// The name errors use (the path as given).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The text.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The line and column (both 1-based; the column counts characters) of a byte offset.
+    pub fn position(&self, offset: usize) -> (u32, u32) {
+        let offset = offset.min(self.text.len());
+        let line = match self.line_starts.binary_search(&offset) {
+            Ok(i) => i,
+            Err(i) => i - 1,
+        };
+        let start = self.line_starts[line];
+        let column = self
+            .text
+            .get(start..offset)
+            .map_or(offset - start, |s| s.chars().count());
+        (line as u32 + 1, column as u32 + 1)
+    }
+
+    /// An error at the start of `span`.
+    pub fn error_at(&self, span: Range<usize>, reason: impl Into<String>) -> InputError {
+        let (line, column) = self.position(span.start);
+        InputError::at(&self.name, line, column, reason)
+    }
+
+    /// An error for the whole file.
+    pub fn error(&self, reason: impl Into<String>) -> InputError {
+        InputError::in_file(&self.name, reason)
+    }
+
+    /// Turns a TOML parse or type error into an error at its position.
+    pub fn toml_error(&self, e: &toml::de::Error) -> InputError {
+        let reason = e.message().trim().to_owned();
+        match e.span() {
+            Some(span) => self.error_at(span, reason),
+            None => self.error(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_count_lines_and_characters() {
+        let f = SourceFile::new("a.toml", "ab\nc\u{e9}d\n\nx");
+        assert_eq!(f.position(0), (1, 1));
+        assert_eq!(f.position(1), (1, 2));
+        assert_eq!(f.position(3), (2, 1));
+        // "é" is two bytes, one column.
+        assert_eq!(f.position(6), (2, 3));
+        assert_eq!(f.position(8), (3, 1));
+        assert_eq!(f.position(9), (4, 1));
+        assert_eq!(f.position(100), (4, 2));
+        let e = f.error_at(3..4, "bad");
+        assert_eq!(e.to_string(), "a.toml:2:1: bad");
+        assert_eq!(f.error("empty").to_string(), "a.toml: empty");
+        assert_eq!(InputError::new("no file").to_string(), "no file");
+    }
+}

@@ -1,0 +1,1077 @@
+//! Reading recorded calls: CSV or JSON lines, fast.
+//!
+//! A day of traffic is tens of millions of lines, so the reader scans each line once, in
+//! place, without allocating: fields are byte slices of the file, numbers are parsed by
+//! hand, and a route is resolved by comparing bytes with the routes seen before (see
+//! [`super::Resolver`]). Anything it does not understand is an error naming the file, the
+//! line and the reason.
+//!
+//! # CSV
+//!
+//! ```text
+//! timestamp,route,status,latency_ms
+//! 2024-05-01T12:00:00.120Z,GET /orders/{id},200,12.5
+//! 2024-05-01T12:00:00.180Z,GET /orders/{id},503,3
+//! 2024-05-01T12:00:00.190Z,POST /charges,timeout,800
+//! ```
+//!
+//! The header is optional (without it the columns are in this order). Recognised columns:
+//! `timestamp` (or `ts`, `time`), `route`, `status` (or `outcome`, `result`), `error`
+//! (used when `status` is empty), and the latency as `latency_ms`, `latency_us`,
+//! `latency_s`, `latency_ns` or `latency` (milliseconds unless the value has a unit:
+//! `12.5ms`, `1.2s`, `800us`). Lines that are empty or start with `#` are skipped;
+//! fields may be double-quoted (without quotes inside).
+//!
+//! # JSON lines
+//!
+//! One object per line with the same fields: `{"timestamp": "2024-05-01T12:00:00.120Z",
+//! "route": "GET /orders/{id}", "status": 200, "latency_ms": 12.5}`; `"error": "timeout"`
+//! in place of `status`. Other fields are ignored.
+//!
+//! # Values
+//!
+//! - **timestamp**: RFC 3339 (`2024-05-01T12:00:00.120Z`, `...+02:00`) or seconds since
+//!   the Unix epoch with up to nine decimals (`1714564800.120`; small numbers are fine for
+//!   crafted logs). Calls must be in order of their timestamps (the time a call started).
+//! - **status**: an HTTP status (100–999), a gRPC status (`grpc:UNAVAILABLE` or
+//!   `grpc:14`), or an error kind: `timeout`, `reset`, `refused`, `connect_timeout`,
+//!   `connect_error`, `tls`, `eof`, `error` (failures), `cancelled` (ignored: the caller
+//!   gave up), `circuit_open`, `overloaded`, `deadline_exceeded`, `rejected` (ignored: a
+//!   local rejection that never reached the dependency).
+//! - **latency**: how long the call took; it completes at timestamp + latency.
+
+use crate::input::InputError;
+
+/// Result codes: HTTP statuses are themselves; error kinds and gRPC codes come after.
+pub(crate) const ERROR_BASE: u16 = 1000;
+/// gRPC codes are `GRPC_BASE + code`.
+pub(crate) const GRPC_BASE: u16 = 1100;
+/// One past the largest result code.
+pub(crate) const RESULT_CODES: usize = GRPC_BASE as usize + 17;
+
+/// The error kinds a log may name, in code order, and whether each is a failure of the
+/// dependency (`true`) or says nothing about it (`false`: ignored).
+pub(crate) const ERROR_KINDS: [(&str, bool); 13] = [
+    ("timeout", true),
+    ("reset", true),
+    ("refused", true),
+    ("connect_timeout", true),
+    ("connect_error", true),
+    ("tls", true),
+    ("eof", true),
+    ("error", true),
+    ("cancelled", false),
+    ("circuit_open", false),
+    ("overloaded", false),
+    ("deadline_exceeded", false),
+    ("rejected", false),
+];
+
+const GRPC_NAMES: [&str; 17] = [
+    "ok",
+    "cancelled",
+    "unknown",
+    "invalid_argument",
+    "deadline_exceeded",
+    "not_found",
+    "already_exists",
+    "permission_denied",
+    "resource_exhausted",
+    "failed_precondition",
+    "aborted",
+    "out_of_range",
+    "unimplemented",
+    "internal",
+    "unavailable",
+    "data_loss",
+    "unauthenticated",
+];
+
+/// How the file wrote its timestamps (reports answer in kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeStyle {
+    /// RFC 3339.
+    #[default]
+    Rfc3339,
+    /// Seconds since the epoch.
+    Seconds,
+}
+
+/// The two formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Comma-separated values.
+    Csv,
+    /// One JSON object per line.
+    JsonLines,
+}
+
+impl Format {
+    /// From the file's extension, else from its first meaningful character.
+    pub fn detect(path: &str, data: &[u8]) -> Format {
+        let lower = path.to_ascii_lowercase();
+        if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") || lower.ends_with(".json") {
+            return Format::JsonLines;
+        }
+        if lower.ends_with(".csv") {
+            return Format::Csv;
+        }
+        match data.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => Format::JsonLines,
+            _ => Format::Csv,
+        }
+    }
+}
+
+/// One recorded call, as read: the route is still the file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawCall<'a> {
+    /// Start, nanoseconds since the Unix epoch.
+    pub at: u64,
+    /// The route as written.
+    pub route: &'a [u8],
+    /// The result code (HTTP status, error kind or gRPC code).
+    pub result: u16,
+    /// Latency, nanoseconds.
+    pub latency: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    Timestamp,
+    Route,
+    Status,
+    Error,
+    Latency(u64),
+    Other,
+}
+
+/// Reads calls one at a time from a file in memory.
+#[derive(Debug)]
+pub struct CallReader<'a> {
+    file: &'a str,
+    data: &'a [u8],
+    pos: usize,
+    line: u32,
+    format: Format,
+    columns: Vec<Column>,
+    header_done: bool,
+    last_at: u64,
+    style: Option<TimeStyle>,
+}
+
+impl<'a> CallReader<'a> {
+    /// A reader of `data`, which came from `file`.
+    pub fn new(file: &'a str, data: &'a [u8], format: Format) -> Self {
+        CallReader {
+            file,
+            data,
+            pos: 0,
+            line: 0,
+            format,
+            columns: vec![
+                Column::Timestamp,
+                Column::Route,
+                Column::Status,
+                Column::Latency(1_000_000),
+            ],
+            header_done: false,
+            last_at: 0,
+            style: None,
+        }
+    }
+
+    /// The line of the call last returned (1-based).
+    pub fn line(&self) -> u32 {
+        self.line
+    }
+
+    /// The file's name.
+    pub fn file(&self) -> &'a str {
+        self.file
+    }
+
+    /// How the file writes timestamps (RFC 3339 until a call says otherwise).
+    pub fn time_style(&self) -> TimeStyle {
+        self.style.unwrap_or_default()
+    }
+
+    /// An error at the current line.
+    pub fn error(&self, reason: impl Into<String>) -> InputError {
+        InputError::at(self.file, self.line, 1, reason)
+    }
+
+    /// The next call, `None` at the end.
+    #[inline]
+    pub fn next_call(&mut self) -> Result<Option<RawCall<'a>>, InputError> {
+        loop {
+            if self.pos >= self.data.len() {
+                return Ok(None);
+            }
+            let rest = &self.data[self.pos..];
+            let len = memchr_newline(rest);
+            let line = &rest[..len];
+            self.pos += len + 1;
+            self.line += 1;
+            let line = trim_cr(line);
+            if line.is_empty() || line[0] == b'#' || line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let call = match self.format {
+                Format::Csv => {
+                    if !self.header_done {
+                        self.header_done = true;
+                        if !line[0].is_ascii_digit() && line[0] != b'"' {
+                            self.read_header(line)?;
+                            continue;
+                        }
+                    }
+                    self.csv_line(line)?
+                }
+                Format::JsonLines => self.json_line(line)?,
+            };
+            if call.at < self.last_at {
+                return Err(self.error(format!(
+                    "timestamps go backwards: this call starts {} before the one above it; sort the file by timestamp",
+                    crate::config::fmt_duration(std::time::Duration::from_nanos(
+                        self.last_at - call.at
+                    ))
+                )));
+            }
+            self.last_at = call.at;
+            return Ok(Some(call));
+        }
+    }
+
+    fn read_header(&mut self, line: &[u8]) -> Result<(), InputError> {
+        let text = std::str::from_utf8(line).map_err(|_| self.error("the header is not UTF-8"))?;
+        let mut columns = Vec::new();
+        for name in text.split(',') {
+            let name = name.trim().trim_matches('"').to_ascii_lowercase();
+            let column = match name.as_str() {
+                "timestamp" | "ts" | "time" | "start" => Column::Timestamp,
+                "route" => Column::Route,
+                "status" | "outcome" | "result" => Column::Status,
+                "error" | "error_kind" => Column::Error,
+                "latency_ms" | "duration_ms" | "latency" | "duration" => Column::Latency(1_000_000),
+                "latency_us" | "duration_us" => Column::Latency(1_000),
+                "latency_ns" | "duration_ns" => Column::Latency(1),
+                "latency_s" | "duration_s" => Column::Latency(1_000_000_000),
+                _ => Column::Other,
+            };
+            columns.push(column);
+        }
+        let has = |c: fn(&Column) -> bool| columns.iter().any(c);
+        let mut missing = Vec::new();
+        if !has(|c| *c == Column::Timestamp) {
+            missing.push("timestamp");
+        }
+        if !has(|c| *c == Column::Route) {
+            missing.push("route");
+        }
+        if !has(|c| matches!(c, Column::Status | Column::Error)) {
+            missing.push("status");
+        }
+        if !has(|c| matches!(c, Column::Latency(_))) {
+            missing.push("latency_ms");
+        }
+        if !missing.is_empty() {
+            return Err(self.error(format!(
+                "the header lacks the column{} {} (expected timestamp, route, status, latency_ms)",
+                if missing.len() > 1 { "s" } else { "" },
+                missing.join(", ")
+            )));
+        }
+        self.columns = columns;
+        Ok(())
+    }
+
+    #[inline]
+    fn csv_line(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, InputError> {
+        let mut at = None;
+        let mut route: Option<&[u8]> = None;
+        let mut status: Option<&[u8]> = None;
+        let mut error: Option<&[u8]> = None;
+        let mut latency = None;
+        let mut i = 0;
+        let mut col = 0;
+        loop {
+            // One field.
+            let (field, next) = if line.get(i) == Some(&b'"') {
+                let start = i + 1;
+                let end = match line[start..].iter().position(|&b| b == b'"') {
+                    Some(p) => start + p,
+                    None => return Err(self.error("a quoted field has no closing quote")),
+                };
+                let after = end + 1;
+                match line.get(after) {
+                    None => (&line[start..end], None),
+                    Some(b',') => (&line[start..end], Some(after + 1)),
+                    Some(_) => {
+                        return Err(self.error("a closing quote must end its field"));
+                    }
+                }
+            } else {
+                match line[i..].iter().position(|&b| b == b',') {
+                    Some(p) => (&line[i..i + p], Some(i + p + 1)),
+                    None => (&line[i..], None),
+                }
+            };
+            match self.columns.get(col) {
+                Some(Column::Timestamp) => at = Some(self.timestamp(trim(field))?),
+                Some(Column::Route) => route = Some(trim(field)),
+                Some(Column::Status) => status = Some(trim(field)),
+                Some(Column::Error) => error = Some(trim(field)),
+                Some(Column::Latency(unit)) => latency = Some(self.latency(trim(field), *unit)?),
+                Some(Column::Other) => {}
+                None => {
+                    return Err(
+                        self.error(format!("too many fields: expected {}", self.columns.len()))
+                    );
+                }
+            }
+            col += 1;
+            match next {
+                Some(n) => i = n,
+                None => break,
+            }
+        }
+        if col < self.columns.len() {
+            return Err(self.error(format!(
+                "too few fields: expected {}, got {col}",
+                self.columns.len()
+            )));
+        }
+        let route = route.unwrap_or_default();
+        if route.is_empty() {
+            return Err(self.error("the route is empty"));
+        }
+        let result = match (status.filter(|s| !s.is_empty()), error) {
+            (Some(s), _) => self.result(s)?,
+            (None, Some(e)) if !e.is_empty() => self.result(e)?,
+            _ => return Err(self.error("no status or error kind")),
+        };
+        Ok(RawCall {
+            at: at.unwrap_or_default(),
+            route,
+            result,
+            latency: latency.unwrap_or_default(),
+        })
+    }
+
+    fn json_line(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, InputError> {
+        match self.json_fast(line) {
+            Ok(Some(call)) => Ok(call),
+            Ok(None) => self.json_slow(line),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A flat object of plain strings and numbers, parsed in place. `Ok(None)` sends the
+    /// line to the full JSON parser (escapes, nested values).
+    #[inline]
+    fn json_fast(&mut self, line: &'a [u8]) -> Result<Option<RawCall<'a>>, InputError> {
+        let mut p = JsonCursor { s: line, i: 0 };
+        p.ws();
+        if !p.eat(b'{') {
+            return Err(self.error("expected a JSON object ({...}) on each line"));
+        }
+        let (mut at, mut route, mut status, mut latency) = (None, None, None, None);
+        p.ws();
+        if !p.eat(b'}') {
+            loop {
+                p.ws();
+                let Some(key) = p.plain_string() else {
+                    return Ok(None);
+                };
+                p.ws();
+                if !p.eat(b':') {
+                    return Ok(None);
+                }
+                p.ws();
+                let value = match p.scalar() {
+                    Some(v) => v,
+                    None => return Ok(None),
+                };
+                match key {
+                    b"timestamp" | b"ts" | b"time" | b"start" => {
+                        at = Some(self.timestamp(value.bytes())?)
+                    }
+                    b"route" => route = Some(value.bytes()),
+                    b"status" | b"outcome" | b"result" if !value.is_null() => {
+                        status = Some(self.result(value.bytes())?)
+                    }
+                    b"error" | b"error_kind" if !value.is_null() && status.is_none() => {
+                        status = Some(self.result(value.bytes())?)
+                    }
+                    b"latency_ms" | b"duration_ms" | b"latency" | b"duration" => {
+                        latency = Some(self.latency(value.bytes(), 1_000_000)?)
+                    }
+                    b"latency_us" | b"duration_us" => {
+                        latency = Some(self.latency(value.bytes(), 1_000)?)
+                    }
+                    b"latency_ns" | b"duration_ns" => {
+                        latency = Some(self.latency(value.bytes(), 1)?)
+                    }
+                    b"latency_s" | b"duration_s" => {
+                        latency = Some(self.latency(value.bytes(), 1_000_000_000)?)
+                    }
+                    _ => {}
+                }
+                p.ws();
+                if p.eat(b',') {
+                    continue;
+                }
+                if p.eat(b'}') {
+                    break;
+                }
+                return Ok(None);
+            }
+        }
+        p.ws();
+        if p.i != line.len() {
+            return Ok(None);
+        }
+        self.complete(at, route, status, latency).map(Some)
+    }
+
+    fn complete(
+        &self,
+        at: Option<u64>,
+        route: Option<&'a [u8]>,
+        status: Option<u16>,
+        latency: Option<u64>,
+    ) -> Result<RawCall<'a>, InputError> {
+        let missing = [
+            (at.is_none(), "timestamp"),
+            (route.is_none_or(<[u8]>::is_empty), "route"),
+            (status.is_none(), "status (or error)"),
+            (latency.is_none(), "latency_ms"),
+        ];
+        let missing: Vec<&str> = missing.iter().filter(|m| m.0).map(|m| m.1).collect();
+        if !missing.is_empty() {
+            return Err(self.error(format!("missing {}", missing.join(", "))));
+        }
+        Ok(RawCall {
+            at: at.unwrap_or_default(),
+            route: route.unwrap_or_default(),
+            result: status.unwrap_or_default(),
+            latency: latency.unwrap_or_default(),
+        })
+    }
+
+    /// Lines the fast path declines: parsed fully. The route must then be a plain string
+    /// of the file (escaped routes are rejected: route keys never need escapes).
+    #[cold]
+    fn json_slow(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, InputError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(line).map_err(|e| self.error(format!("invalid JSON: {e}")))?;
+        let Some(object) = value.as_object() else {
+            return Err(self.error("expected a JSON object ({...}) on each line"));
+        };
+        let text = |v: &serde_json::Value| match v {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let (mut at, mut route, mut status, mut latency) = (None, None, None, None);
+        for (key, v) in object {
+            let Some(t) = text(v) else {
+                if v.is_null() {
+                    continue;
+                }
+                if matches!(
+                    key.as_str(),
+                    "timestamp" | "route" | "status" | "error" | "latency_ms" | "latency"
+                ) {
+                    return Err(self.error(format!("{key} must be a string or a number")));
+                }
+                continue;
+            };
+            match key.as_str() {
+                "timestamp" | "ts" | "time" | "start" => at = Some(self.timestamp(t.as_bytes())?),
+                "route" => {
+                    // Borrow the route from the line: find it as written.
+                    route = Some(find_in(line, t.as_bytes()).ok_or_else(|| {
+                        self.error("the route contains JSON escapes; write it plainly")
+                    })?);
+                }
+                "status" | "outcome" | "result" => status = Some(self.result(t.as_bytes())?),
+                "error" | "error_kind" if status.is_none() => {
+                    status = Some(self.result(t.as_bytes())?)
+                }
+                "latency_ms" | "duration_ms" | "latency" | "duration" => {
+                    latency = Some(self.latency(t.as_bytes(), 1_000_000)?)
+                }
+                "latency_us" | "duration_us" => latency = Some(self.latency(t.as_bytes(), 1_000)?),
+                "latency_ns" | "duration_ns" => latency = Some(self.latency(t.as_bytes(), 1)?),
+                "latency_s" | "duration_s" => {
+                    latency = Some(self.latency(t.as_bytes(), 1_000_000_000)?)
+                }
+                _ => {}
+            }
+        }
+        self.complete(at, route, status, latency)
+    }
+
+    #[inline]
+    fn timestamp(&mut self, s: &[u8]) -> Result<u64, InputError> {
+        let parsed = if s.len() >= 19 && s[4] == b'-' {
+            self.note_style(TimeStyle::Rfc3339);
+            parse_rfc3339(s)
+        } else {
+            self.note_style(TimeStyle::Seconds);
+            parse_seconds(s).ok_or("expected RFC 3339 or seconds since the epoch")
+        };
+        parsed.map_err(|why| {
+            self.error(format!(
+                "bad timestamp {:?}: {why}",
+                String::from_utf8_lossy(s)
+            ))
+        })
+    }
+
+    #[inline]
+    fn note_style(&mut self, style: TimeStyle) {
+        if self.style.is_none() {
+            self.style = Some(style);
+        }
+    }
+
+    #[inline]
+    fn latency(&self, s: &[u8], unit_ns: u64) -> Result<u64, InputError> {
+        parse_latency(s, unit_ns).ok_or_else(|| {
+            self.error(format!(
+                "bad latency {:?}: expected a number of milliseconds (or with a unit: 12ms, 1.5s, 800us)",
+                String::from_utf8_lossy(s)
+            ))
+        })
+    }
+
+    #[inline]
+    fn result(&self, s: &[u8]) -> Result<u16, InputError> {
+        parse_result(s).ok_or_else(|| {
+            self.error(format!(
+                "bad status {:?}: expected an HTTP status (100-999), grpc:CODE, or one of: {}",
+                String::from_utf8_lossy(s),
+                ERROR_KINDS.map(|k| k.0).join(", ")
+            ))
+        })
+    }
+}
+
+#[inline]
+fn memchr_newline(s: &[u8]) -> usize {
+    s.iter().position(|&b| b == b'\n').unwrap_or(s.len())
+}
+
+#[inline]
+fn trim_cr(s: &[u8]) -> &[u8] {
+    match s.last() {
+        Some(b'\r') => &s[..s.len() - 1],
+        _ => s,
+    }
+}
+
+#[inline]
+fn trim(s: &[u8]) -> &[u8] {
+    let start = s
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(s.len());
+    let end = s
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &s[start..end]
+}
+
+fn find_in<'a>(hay: &'a [u8], needle: &[u8]) -> Option<&'a [u8]> {
+    if needle.is_empty() {
+        return None;
+    }
+    hay.windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| &hay[p..p + needle.len()])
+}
+
+/// A result code from its text.
+#[inline]
+pub(crate) fn parse_result(s: &[u8]) -> Option<u16> {
+    if s.len() == 3 && s.iter().all(u8::is_ascii_digit) {
+        let n = u16::from(s[0] - b'0') * 100 + u16::from(s[1] - b'0') * 10 + u16::from(s[2] - b'0');
+        return (n >= 100).then_some(n);
+    }
+    parse_result_word(s)
+}
+
+#[cold]
+fn parse_result_word(s: &[u8]) -> Option<u16> {
+    let text = std::str::from_utf8(s).ok()?.trim().to_ascii_lowercase();
+    if let Some(code) = text.strip_prefix("grpc:") {
+        if let Ok(n) = code.parse::<u16>() {
+            return (n <= 16).then_some(GRPC_BASE + n);
+        }
+        let code = code.replace('-', "_");
+        return GRPC_NAMES
+            .iter()
+            .position(|n| *n == code)
+            .map(|i| GRPC_BASE + i as u16);
+    }
+    ERROR_KINDS
+        .iter()
+        .position(|k| k.0 == text)
+        .map(|i| ERROR_BASE + i as u16)
+}
+
+/// Seconds since the epoch, with up to nine decimals, to nanoseconds.
+#[inline]
+pub(crate) fn parse_seconds(s: &[u8]) -> Option<u64> {
+    let mut i = 0;
+    let mut secs: u64 = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        secs = secs.checked_mul(10)?.checked_add(u64::from(s[i] - b'0'))?;
+        i += 1;
+    }
+    if i == 0 {
+        return None;
+    }
+    let mut nanos: u64 = 0;
+    if i < s.len() {
+        if s[i] != b'.' {
+            return None;
+        }
+        i += 1;
+        let mut digits = 0;
+        while i < s.len() && s[i].is_ascii_digit() {
+            if digits < 9 {
+                nanos = nanos * 10 + u64::from(s[i] - b'0');
+                digits += 1;
+            }
+            i += 1;
+        }
+        if i != s.len() {
+            return None;
+        }
+        while digits < 9 {
+            nanos *= 10;
+            digits += 1;
+        }
+    }
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
+/// A latency: a decimal number of `unit_ns`, or with its own unit (`ns`, `us`, `µs`,
+/// `ms`, `s`).
+#[inline]
+pub(crate) fn parse_latency(s: &[u8], unit_ns: u64) -> Option<u64> {
+    let mut i = 0;
+    let mut int: u64 = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        int = int.checked_mul(10)?.checked_add(u64::from(s[i] - b'0'))?;
+        i += 1;
+    }
+    let mut frac: u64 = 0;
+    let mut scale: u64 = 1;
+    let int_digits = i;
+    if i < s.len() && s[i] == b'.' {
+        i += 1;
+        while i < s.len() && s[i].is_ascii_digit() {
+            if scale < 1_000_000_000 {
+                frac = frac * 10 + u64::from(s[i] - b'0');
+                scale *= 10;
+            }
+            i += 1;
+        }
+    }
+    if int_digits == 0 && scale == 1 {
+        return None;
+    }
+    let unit = match &s[i..] {
+        b"" => unit_ns,
+        b"ns" => 1,
+        b"us" | b"\xc2\xb5s" => 1_000,
+        b"ms" => 1_000_000,
+        b"s" => 1_000_000_000,
+        _ => return None,
+    };
+    let whole = int.checked_mul(unit)?;
+    let part = (u128::from(frac) * u128::from(unit) / u128::from(scale)) as u64;
+    whole.checked_add(part)
+}
+
+/// RFC 3339 (`2024-05-01T12:00:00.120Z`, a space for the `T`, an offset for the `Z`) to
+/// nanoseconds since the epoch.
+pub(crate) fn parse_rfc3339(s: &[u8]) -> Result<u64, &'static str> {
+    fn num(s: &[u8], at: usize, len: usize) -> Result<u32, &'static str> {
+        let mut n = 0u32;
+        for &b in s.get(at..at + len).ok_or("too short")? {
+            if !b.is_ascii_digit() {
+                return Err("expected RFC 3339, e.g. 2024-05-01T12:00:00.120Z");
+            }
+            n = n * 10 + u32::from(b - b'0');
+        }
+        Ok(n)
+    }
+    if s.len() < 20 || s[7] != b'-' || s[13] != b':' || s[16] != b':' {
+        return Err("expected RFC 3339, e.g. 2024-05-01T12:00:00.120Z");
+    }
+    if !matches!(s[10], b'T' | b't' | b' ') {
+        return Err("expected a T between the date and the time");
+    }
+    let (year, month, day) = (num(s, 0, 4)?, num(s, 5, 2)?, num(s, 8, 2)?);
+    let (hour, minute, second) = (num(s, 11, 2)?, num(s, 14, 2)?, num(s, 17, 2)?);
+    if !(1..=12).contains(&month) {
+        return Err("the month is out of range");
+    }
+    if day == 0 || day > days_in_month(year, month) {
+        return Err("the day is out of range");
+    }
+    if hour > 23 || minute > 59 || second > 60 {
+        return Err("the time of day is out of range");
+    }
+    let mut i = 19;
+    let mut nanos: u64 = 0;
+    if s.get(i) == Some(&b'.') {
+        i += 1;
+        let mut digits = 0;
+        while i < s.len() && s[i].is_ascii_digit() {
+            if digits < 9 {
+                nanos = nanos * 10 + u64::from(s[i] - b'0');
+                digits += 1;
+            }
+            i += 1;
+        }
+        if digits == 0 {
+            return Err("expected digits after the decimal point");
+        }
+        while digits < 9 {
+            nanos *= 10;
+            digits += 1;
+        }
+    }
+    let offset_secs: i64 = match s.get(i) {
+        Some(b'Z' | b'z') if i + 1 == s.len() => 0,
+        Some(&sign @ (b'+' | b'-')) if i + 6 == s.len() && s[i + 3] == b':' => {
+            let (h, m) = (num(s, i + 1, 2)?, num(s, i + 4, 2)?);
+            if h > 23 || m > 59 {
+                return Err("the offset is out of range");
+            }
+            let o = i64::from(h * 3600 + m * 60);
+            if sign == b'+' { o } else { -o }
+        }
+        _ => return Err("expected a time zone: Z or an offset such as +02:00"),
+    };
+    let days = days_from_civil(i64::from(year), month, day);
+    let secs = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second.min(59)) - offset_secs;
+    let secs = u64::try_from(secs).map_err(|_| "before 1970")?;
+    Ok(secs * 1_000_000_000 + nanos)
+}
+
+fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if (year.is_multiple_of(4) && !year.is_multiple_of(100)) || year.is_multiple_of(400) => {
+            29
+        }
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Formats nanoseconds since the epoch as RFC 3339 with milliseconds (`...T12:00:00.120Z`).
+pub fn format_rfc3339(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as i64;
+    let millis = (ns % 1_000_000_000) / 1_000_000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // civil_from_days (Howard Hinnant).
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A JSON value borrowed from the line.
+#[derive(Debug, Clone, Copy)]
+enum Scalar<'a> {
+    Text(&'a [u8]),
+    Number(&'a [u8]),
+    Null,
+}
+
+impl<'a> Scalar<'a> {
+    fn bytes(self) -> &'a [u8] {
+        match self {
+            Scalar::Text(b) | Scalar::Number(b) => b,
+            Scalar::Null => b"",
+        }
+    }
+
+    fn is_null(self) -> bool {
+        matches!(self, Scalar::Null)
+    }
+}
+
+struct JsonCursor<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> JsonCursor<'a> {
+    #[inline]
+    fn ws(&mut self) {
+        while self.i < self.s.len() && matches!(self.s[self.i], b' ' | b'\t' | b'\r' | b'\n') {
+            self.i += 1;
+        }
+    }
+
+    #[inline]
+    fn eat(&mut self, b: u8) -> bool {
+        if self.s.get(self.i) == Some(&b) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A string without escapes.
+    #[inline]
+    fn plain_string(&mut self) -> Option<&'a [u8]> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.i;
+        while self.i < self.s.len() {
+            match self.s[self.i] {
+                b'"' => {
+                    let out = &self.s[start..self.i];
+                    self.i += 1;
+                    return Some(out);
+                }
+                b'\\' => return None,
+                _ => self.i += 1,
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn scalar(&mut self) -> Option<Scalar<'a>> {
+        match self.s.get(self.i)? {
+            b'"' => self.plain_string().map(Scalar::Text),
+            b'-' | b'0'..=b'9' => {
+                let start = self.i;
+                while self.i < self.s.len()
+                    && matches!(
+                        self.s[self.i],
+                        b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'
+                    )
+                {
+                    self.i += 1;
+                }
+                Some(Scalar::Number(&self.s[start..self.i]))
+            }
+            b'n' if self.s[self.i..].starts_with(b"null") => {
+                self.i += 4;
+                Some(Scalar::Null)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(name: &str, text: &str) -> Result<Vec<(u64, String, u16, u64)>, String> {
+        let format = Format::detect(name, text.as_bytes());
+        let mut r = CallReader::new(name, text.as_bytes(), format);
+        let mut out = Vec::new();
+        while let Some(c) = r.next_call().map_err(|e| e.to_string())? {
+            out.push((
+                c.at,
+                String::from_utf8(c.route.to_vec()).unwrap(),
+                c.result,
+                c.latency,
+            ));
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_rfc3339(b"1970-01-01T00:00:00Z"), Ok(0));
+        assert_eq!(
+            parse_rfc3339(b"2024-05-01T12:00:00.120Z"),
+            Ok(1_714_564_800_120_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339(b"2024-05-01T14:00:00.12+02:00"),
+            Ok(1_714_564_800_120_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339(b"2024-02-30T00:00:00Z"),
+            Err("the day is out of range")
+        );
+        assert_eq!(
+            parse_rfc3339(b"2024-13-01T00:00:00Z"),
+            Err("the month is out of range")
+        );
+        assert!(parse_rfc3339(b"2024-05-01T12:00:00").is_err());
+        assert_eq!(parse_seconds(b"12.5"), Some(12_500_000_000));
+        assert_eq!(parse_seconds(b"7"), Some(7_000_000_000));
+        assert_eq!(parse_seconds(b"1.0000000019"), Some(1_000_000_001));
+        assert_eq!(parse_seconds(b"1e3"), None);
+        assert_eq!(
+            format_rfc3339(1_714_564_800_120_000_000),
+            "2024-05-01T12:00:00.120Z"
+        );
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00.000Z");
+        // Round trip across leap years.
+        for days in [0u64, 59, 60, 365, 789, 11_016, 19_844, 20_000] {
+            let ns = days * 86_400 * 1_000_000_000 + 3_723_456_000_000;
+            assert_eq!(
+                parse_rfc3339(format_rfc3339(ns).as_bytes()),
+                Ok(ns),
+                "{days}"
+            );
+        }
+    }
+
+    #[test]
+    fn latencies_and_results() {
+        assert_eq!(parse_latency(b"12.5", 1_000_000), Some(12_500_000));
+        assert_eq!(parse_latency(b"1.2s", 1_000_000), Some(1_200_000_000));
+        assert_eq!(parse_latency(b"800us", 1_000_000), Some(800_000));
+        assert_eq!(parse_latency(b".5", 1_000_000), Some(500_000));
+        assert_eq!(parse_latency(b"3", 1_000), Some(3_000));
+        assert_eq!(parse_latency(b"", 1), None);
+        assert_eq!(parse_latency(b"12 parsecs", 1), None);
+        assert_eq!(parse_result(b"503"), Some(503));
+        assert_eq!(parse_result(b"099"), None);
+        assert_eq!(parse_result(b"timeout"), Some(ERROR_BASE));
+        assert_eq!(parse_result(b"grpc:UNAVAILABLE"), Some(GRPC_BASE + 14));
+        assert_eq!(parse_result(b"grpc:14"), Some(GRPC_BASE + 14));
+        assert_eq!(parse_result(b"grpc:17"), None);
+        assert_eq!(parse_result(b"teapot"), None);
+    }
+
+    #[test]
+    fn csv_with_and_without_header() {
+        let rows = all(
+            "c.csv",
+            "# recorded\nlatency_ms,route,status,ts\n5,GET /a,200,1.5\r\n\n7.25,\"GET /b\",timeout,2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (1_500_000_000, "GET /a".into(), 200, 5_000_000),
+                (2_000_000_000, "GET /b".into(), ERROR_BASE, 7_250_000)
+            ]
+        );
+        let rows = all("c.csv", "1,GET /a,503,2s\n").unwrap();
+        assert_eq!(rows, [(1_000_000_000, "GET /a".into(), 503, 2_000_000_000)]);
+        let rows = all(
+            "c.csv",
+            "ts,route,status,error,latency_us\n1,/a,,reset,10\n",
+        )
+        .unwrap();
+        assert_eq!(rows, [(1_000_000_000, "/a".into(), ERROR_BASE + 1, 10_000)]);
+    }
+
+    #[test]
+    fn json_lines_fast_and_slow() {
+        let rows = all(
+            "c.jsonl",
+            concat!(
+                "{\"timestamp\": \"2024-05-01T12:00:00.120Z\", \"route\": \"GET /a\", \"status\": 200, \"latency_ms\": 12.5}\n",
+                "{\"ts\":1714564801,\"route\":\"GET /a\",\"error\":\"timeout\",\"latency_ms\":800,\"extra\":{\"x\":[1,2]}}\n",
+                "{\"ts\":1714564802,\"note\":\"a \\\"quoted\\\" word\",\"route\":\"GET /a\",\"status\":\"grpc:unavailable\",\"latency_s\":0.25}\n",
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            rows,
+            [
+                (1_714_564_800_120_000_000, "GET /a".into(), 200, 12_500_000),
+                (
+                    1_714_564_801_000_000_000,
+                    "GET /a".into(),
+                    ERROR_BASE,
+                    800_000_000
+                ),
+                (
+                    1_714_564_802_000_000_000,
+                    "GET /a".into(),
+                    GRPC_BASE + 14,
+                    250_000_000
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line_and_reason() {
+        let e = |name: &str, text: &str| all(name, text).unwrap_err();
+        assert_eq!(
+            e("c.csv", "1,/a,200,5\n2024-13-01T00:00:00Z,/a,200,5\n"),
+            "c.csv:2:1: bad timestamp \"2024-13-01T00:00:00Z\": the month is out of range"
+        );
+        assert_eq!(
+            e("c.csv", "1,/a,200\n"),
+            "c.csv:1:1: too few fields: expected 4, got 3"
+        );
+        assert_eq!(
+            e("c.csv", "1,/a,200,5,6\n"),
+            "c.csv:1:1: too many fields: expected 4"
+        );
+        assert!(e("c.csv", "1,/a,teapot,5\n").starts_with("c.csv:1:1: bad status \"teapot\""));
+        assert!(e("c.csv", "1,/a,200,fast\n").starts_with("c.csv:1:1: bad latency \"fast\""));
+        assert_eq!(
+            e("c.csv", "2,/a,200,5\n1,/a,200,5\n"),
+            "c.csv:2:1: timestamps go backwards: this call starts 1s before the one above it; sort the file by timestamp"
+        );
+        assert_eq!(
+            e("c.csv", "timestamp,route,latency_ms\n"),
+            "c.csv:1:1: the header lacks the column status (expected timestamp, route, status, latency_ms)"
+        );
+        assert!(
+            e("c.jsonl", "{\"ts\":1,\"route\":\"/a\"\n").starts_with("c.jsonl:1:1: invalid JSON")
+        );
+        assert_eq!(
+            e("c.jsonl", "{\"ts\":1,\"route\":\"/a\",\"status\":200}\n"),
+            "c.jsonl:1:1: missing latency_ms"
+        );
+        assert_eq!(
+            e("c.jsonl", "[1]\n"),
+            "c.jsonl:1:1: expected a JSON object ({...}) on each line"
+        );
+    }
+}
