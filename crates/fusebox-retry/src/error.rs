@@ -1,8 +1,9 @@
 //! Errors of the retry layer.
 //!
 //! The layer's error type is [`BoxError`]. It passes the inner service's errors through
-//! unchanged; its only error of its own is [`BodyExceedsSizeHint`]. fusebox's shared errors
-//! are re-exported here for callers that downcast.
+//! unchanged. It adds two: [`BodyExceedsSizeHint`] (its own) and fusebox's shared
+//! [`DeadlineExceeded`], for a request whose deadline had passed before anything was sent.
+//! fusebox's shared errors are re-exported here for callers that downcast.
 //!
 //! When the budget or the cut-off refuses a retry the layer does **not** wrap anything in
 //! [`BudgetExhausted`]: the caller gets the last attempt's own answer, the response or the

@@ -5,7 +5,7 @@
 //! (one attempt, a good answer) allocates nothing and does no more than poll the inner
 //! future, classify the answer and return it.
 
-use crate::error::{BodyExceedsSizeHint, BoxError, is_fusebox_rejection};
+use crate::error::{BodyExceedsSizeHint, BoxError, DeadlineExceeded, is_fusebox_rejection};
 use crate::replay::{Buffered, ReplayBody};
 use crate::service::{Shared, attempt_span};
 use fusebox_classify::{CallMeta, Classified, Classifier, Deadline, Outcome, RetryHint, Verdict};
@@ -67,6 +67,8 @@ enum Phase {
     Running,
     /// Waiting out a backoff.
     Backoff,
+    /// The deadline had passed before the first attempt: nothing is sent.
+    Expired,
     /// The answer was returned.
     Done,
 }
@@ -170,6 +172,24 @@ where
                 attempts: 1,
                 hedge,
             }),
+        }
+    }
+
+    /// The request's deadline had already passed: the future fails with
+    /// [`DeadlineExceeded`] without sending anything.
+    #[cold]
+    pub(crate) fn expired(shared: Arc<Shared<C>>, meta: CallMeta) -> Self {
+        ResponseFuture {
+            body: None,
+            primary: None,
+            hedge: None,
+            timer: None,
+            primary_span: Span::none(),
+            phase: Phase::Expired,
+            shared,
+            meta,
+            deadline: None,
+            replay: None,
         }
     }
 
@@ -538,6 +558,10 @@ where
                         }
                     }
                     return Poll::Pending;
+                }
+                Phase::Expired => {
+                    *this.phase = Phase::Done;
+                    return Poll::Ready(Err(DeadlineExceeded::new().into()));
                 }
                 Phase::Done => panic!("retry ResponseFuture polled after completion"),
             }

@@ -16,8 +16,10 @@
 //!   ([`BudgetExhausted`](error::BudgetExhausted)); retrying those only adds load that a
 //!   layer has already refused;
 //! - the retry can start, backoff included, before the request's
-//!   [`Deadline`](fusebox_classify::Deadline) (a request extension);
-//! - the dependency's recent failure rate is below the cut-off, and the [budget](budget)
+//!   [`Deadline`](fusebox_classify::Deadline) (a request extension; a request whose
+//!   deadline has already passed is not sent at all and fails with
+//!   [`DeadlineExceeded`](error::DeadlineExceeded));
+//! - the dependency's recent failure rate is below the cut-off, and the [`budget`]
 //!   has a retry left: every request deposits, every retry withdraws, at most `retry_ratio`
 //!   of recent requests plus a floor per second.
 //!

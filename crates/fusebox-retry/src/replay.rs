@@ -2,7 +2,7 @@
 //!
 //! A retry must send the same bytes again, but an `http_body::Body` can be read only once.
 //! The retry layer therefore reads a small body (its size hint promises at most
-//! `max_replay_body_bytes`) into a [`Buffered`] before the first attempt and gives every
+//! `max_replay_body_bytes`) into a buffer before the first attempt and gives every
 //! attempt a [`ReplayBody`] that plays the buffer back. Chunks are kept as the body's own
 //! data type and cloned per attempt: for `Bytes` that is a reference count, not a copy.
 //!

@@ -283,6 +283,10 @@ where
         shared.metrics.attempts.increment(1);
         let meta: CallMeta = shared.routes.meta(&request);
         let deadline = request.extensions().get::<Deadline>().copied();
+        if deadline.is_some_and(|d| d.is_expired()) {
+            // No attempt starts past the deadline, the first one included.
+            return ResponseFuture::expired(Arc::clone(shared), meta);
+        }
         let route = shared.routes.route(meta.route());
         let repeatable = route.retry_enabled() && shared.config.max_attempts() > 1;
         let (parts, body) = request.into_parts();

@@ -267,6 +267,20 @@ async fn the_deadline_bounds_the_backoff() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn no_attempt_starts_past_the_deadline() {
+    let seen = Seen::default();
+    let svc = layer(config()).layer(dependency(seen.clone(), |_| status(200)));
+    let mut request = get();
+    request
+        .extensions_mut()
+        .insert(Deadline::after(Duration::from_millis(5)));
+    tokio::time::advance(Duration::from_millis(5)).await;
+    let err = svc.oneshot(request).await.unwrap_err();
+    assert!(err.is::<crate::error::DeadlineExceeded>(), "{err}");
+    assert_eq!(seen.count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn headers_and_extensions_reach_every_attempt() {
     #[derive(Clone, Debug, PartialEq)]
     struct Tenant(&'static str);
