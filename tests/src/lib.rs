@@ -21,6 +21,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod redis_server;
+
 /// What the server does with the next request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {

@@ -86,7 +86,11 @@ impl OnRedis {
     /// calls by the fleet's state instead of starting cold: a replica deployed while the
     /// fleet's breaker is OPEN rejects from its first call. Waits at most the configured
     /// timeout; `None` when Redis did not answer (or the scope is not shared).
-    pub async fn prefetch(&self, breaker: &CircuitBreakerConfig, key: Option<&str>) -> Option<State> {
+    pub async fn prefetch(
+        &self,
+        breaker: &CircuitBreakerConfig,
+        key: Option<&str>,
+    ) -> Option<State> {
         let config = &self.backend.config;
         if let Some(k) = key
             && !config.shared_keys.contains(k)
@@ -196,7 +200,9 @@ impl Backend {
         let c = &self.config;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(c.timeout))
-            .set_response_timeout(Some(c.timeout))
+            // Our own bound (`timeout`) ends every call first; this one only clears answers
+            // that never come out of the connection's pipeline.
+            .set_response_timeout(Some(c.timeout.saturating_mul(2)))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(c.retry_interval);
@@ -207,7 +213,10 @@ impl Backend {
     }
 
     /// Runs a script invocation, within the configured time.
-    pub(crate) async fn invoke(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Vec<i64>, String> {
+    pub(crate) async fn invoke(
+        &self,
+        inv: &redis::ScriptInvocation<'_>,
+    ) -> Result<Vec<i64>, String> {
         let mut conn = self.connection()?;
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         let work = async {
@@ -224,7 +233,11 @@ impl Backend {
                 Ok(v)
             }
             Ok(Err(e)) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                if e.is_timeout() {
+                    self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                }
                 self.stats.connected.store(false, Ordering::Relaxed);
                 Err(e.to_string())
             }

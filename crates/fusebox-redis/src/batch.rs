@@ -95,15 +95,17 @@ impl Batch {
     /// Takes the pending counts and their epoch stamp, leaving an empty batch stamped for
     /// `epoch`.
     pub(crate) fn take(&self, epoch: u64) -> (u64, Counts, u32) {
-        let word = self
-            .word
-            .swap(tag(epoch) << TAG_SHIFT, Ordering::AcqRel);
+        let word = self.word.swap(tag(epoch) << TAG_SHIFT, Ordering::AcqRel);
         let counts = Counts {
             calls: (word & MASK) as u32,
             failures: ((word >> FAIL_SHIFT) & MASK) as u32,
             slow: ((word >> SLOW_SHIFT) & MASK) as u32,
         };
-        (word >> TAG_SHIFT, counts, self.trailing.load(Ordering::Relaxed))
+        (
+            word >> TAG_SHIFT,
+            counts,
+            self.trailing.load(Ordering::Relaxed),
+        )
     }
 
     /// Whether outcomes are waiting.

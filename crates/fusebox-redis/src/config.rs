@@ -27,9 +27,7 @@ pub fn is_valid_scope_part(part: &str) -> bool {
 }
 
 fn part_rule(value: &str) -> String {
-    format!(
-        "must be 1 to {MAX_SCOPE_PART} ASCII letters, digits, '.', '_' or '-', got {value:?}"
-    )
+    format!("must be 1 to {MAX_SCOPE_PART} ASCII letters, digits, '.', '_' or '-', got {value:?}")
 }
 
 /// Which breakers share one state in Redis: a dependency, optionally narrowed to a region
@@ -340,8 +338,10 @@ impl RedisStoreConfig {
             let duration = |b: &mut RedisStoreConfigBuilder| match humantime::parse_duration(v) {
                 Ok(d) => Some(d),
                 Err(e) => {
-                    b.problems
-                        .push((path.clone(), format!("must be a duration like 5ms, got {v:?}: {e}")));
+                    b.problems.push((
+                        path.clone(),
+                        format!("must be a duration like 5ms, got {v:?}: {e}"),
+                    ));
                     None
                 }
             };
@@ -605,7 +605,10 @@ impl RedisStoreConfigBuilder {
             Err(e) => {
                 v.fail(
                     "url",
-                    format!("must be a Redis URL (redis://host:port/db), got {:?}: {e}", redact(&self.url)),
+                    format!(
+                        "must be a Redis URL (redis://host:port/db), got {:?}: {e}",
+                        redact(&self.url)
+                    ),
                 );
                 None
             }
@@ -836,7 +839,10 @@ mod tests {
                 "shared_keys",
             ]
         );
-        assert!(err.to_string().contains("scope.dep: must be 1 to 64"), "{err}");
+        assert!(
+            err.to_string().contains("scope.dep: must be 1 to 64"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -851,7 +857,9 @@ mod tests {
             Some("dep:payments:region:eu:tenant:acme")
         );
         assert_eq!(
-            Scope::breaker_name().render("fraud", Some("shard-1")).as_deref(),
+            Scope::breaker_name()
+                .render("fraud", Some("shard-1"))
+                .as_deref(),
             Some("dep:fraud:key:shard-1")
         );
         assert_eq!(Scope::breaker_name().render("has space", None), None);
@@ -898,7 +906,10 @@ mod tests {
             .unwrap();
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
-        assert!(shown.contains("redis://user:***@127.0.0.1:6379/0"), "{shown}");
+        assert!(
+            shown.contains("redis://user:***@127.0.0.1:6379/0"),
+            "{shown}"
+        );
         assert_eq!(redact("redis://:pw@h/0"), "redis://:***@h/0");
         assert_eq!(redact("redis://h/0"), "redis://h/0");
     }

@@ -76,10 +76,7 @@ impl ConfigArgs {
             config.slow_call_rate_threshold().to_string(),
             config.consecutive_failures().unwrap_or(0).to_string(),
             micros(config.open_wait()).to_string(),
-            config
-                .max_half_open_wait()
-                .map_or(0, micros)
-                .to_string(),
+            config.max_half_open_wait().map_or(0, micros).to_string(),
             config.permitted_probes().to_string(),
             config.probe_successes().to_string(),
             if config.on_close() == OnClose::Clear {
@@ -390,8 +387,18 @@ mod tests {
             0,
         ];
         let r = Reply::decode(&v).unwrap();
-        assert_eq!((r.state, r.epoch, r.reason, r.from), (State::Open, 7, Reason::FailureRate, State::Closed));
-        assert_eq!(r.window, WindowTotals { calls: 20, failures: 12, slow: 0 });
+        assert_eq!(
+            (r.state, r.epoch, r.reason, r.from),
+            (State::Open, 7, Reason::FailureRate, State::Closed)
+        );
+        assert_eq!(
+            r.window,
+            WindowTotals {
+                calls: 20,
+                failures: 12,
+                slow: 0
+            }
+        );
         let text: Vec<String> = v.iter().map(|n| n.to_string()).collect();
         assert_eq!(Reply::parse(&text.join(" ")), Some(r));
         assert_eq!(Reply::parse("1 2 3"), None);
@@ -417,7 +424,10 @@ mod tests {
         let a = ConfigArgs::new("ch", &c, Duration::from_secs(60));
         assert_eq!(
             a.args,
-            ["ch", "t", "1000000", "10", "5", "40", "100", "3", "250000", "0", "2", "2", "0", "60000"]
+            [
+                "ch", "t", "1000000", "10", "5", "40", "100", "3", "250000", "0", "2", "2", "0",
+                "60000"
+            ]
         );
     }
 }

@@ -17,9 +17,11 @@ use crate::batch::{Added, BATCH_HIGH, Batch};
 use crate::config::{Fallback, Mode};
 use crate::script::{ConfigArgs, Keys, Op, Reply};
 use fusebox_breaker::events::EventKind;
-use fusebox_breaker::state::{Permit, PermitKind, Rejected};
+use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, Permit, PermitKind, Rejected};
 use fusebox_breaker::store::StoreSpec;
-use fusebox_breaker::{Command, MemoryStore, Reason, Snapshot, State, Store, Transition, WindowTotals};
+use fusebox_breaker::{
+    Command, MemoryStore, Reason, Snapshot, State, Store, Transition, WindowTotals,
+};
 use fusebox_classify::Nanos;
 use metrics::{Counter, Gauge};
 use rand::rngs::SmallRng;
@@ -64,7 +66,8 @@ pub struct RedisStore {
 }
 
 enum Inner {
-    Local(MemoryStore),
+    /// Boxed: a memory store is large next to a pointer and a sender.
+    Local(Box<MemoryStore>),
     Shared {
         shared: Arc<Shared>,
         /// Dropped with the store: the worker sees its receiver close and stops.
@@ -89,7 +92,7 @@ impl fmt::Debug for RedisStore {
 impl RedisStore {
     pub(crate) fn local(spec: StoreSpec) -> RedisStore {
         RedisStore {
-            inner: Inner::Local(MemoryStore::new(spec)),
+            inner: Inner::Local(Box::new(MemoryStore::new(spec))),
         }
     }
 
@@ -322,9 +325,14 @@ impl Shared {
             Some((reply, age)) => {
                 // Read before this store existed (`OnRedis::prefetch`): decide the first
                 // calls by it.
-                let at = Nanos(shared.spec.clock.now().0.saturating_sub(
-                    u64::try_from(age.as_nanos()).unwrap_or(u64::MAX),
-                ));
+                let at = Nanos(
+                    shared
+                        .spec
+                        .clock
+                        .now()
+                        .0
+                        .saturating_sub(u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)),
+                );
                 shared.apply(&reply, at);
             }
             None => {
@@ -394,14 +402,13 @@ impl Shared {
     }
 
     fn acquire_from_view(&self) -> Result<Permit, Rejected> {
-        let cfg = &self.spec.config;
         let now = self.spec.clock.now();
         let mut v = lock(&self.view);
         match v.state {
             State::Closed | State::MetricsOnly => Ok(Permit::new(v.epoch, PermitKind::Counted)),
             State::Disabled => Ok(Permit::new(v.epoch, PermitKind::Untracked)),
             State::ForcedOpen => Err(Rejected {
-                retry_after: cfg.open_wait(),
+                retry_after: self.spec.config.open_wait(),
                 half_open: false,
             }),
             State::Open if now < v.open_until => {
@@ -414,17 +421,18 @@ impl Shared {
             State::Open | State::HalfOpen => {
                 let epoch = v.epoch;
                 if v.state == State::HalfOpen
-                    && let Some(lease) = v
-                        .leases
-                        .iter_mut()
-                        .find(|l| !l.in_use && l.epoch == epoch)
+                    && let Some(lease) = v.leases.iter_mut().find(|l| !l.in_use && l.epoch == epoch)
                 {
                     lease.in_use = true;
                     return Ok(Permit::new(epoch, PermitKind::Probe));
                 }
+                // Probes are (about to be) in flight and may close the breaker at any
+                // moment: a short hint, as the in-memory breaker gives.
                 let retry_after = match v.half_open_until {
-                    Some(until) if v.state == State::HalfOpen => until.since(now),
-                    _ => cfg.open_wait(),
+                    Some(until) if v.state == State::HalfOpen => {
+                        until.since(now).min(HALF_OPEN_RETRY_HINT)
+                    }
+                    _ => HALF_OPEN_RETRY_HINT,
                 };
                 drop(v);
                 self.want_lease.store(true, Ordering::Relaxed);
@@ -476,7 +484,11 @@ impl Shared {
     }
 
     /// The fallback breaker of the permit's outage, and the permit as it issued it.
-    fn with_local<R>(&self, permit: Permit, f: impl FnOnce(&MemoryStore, Permit) -> R) -> Option<R> {
+    fn with_local<R>(
+        &self,
+        permit: Permit,
+        f: impl FnOnce(&MemoryStore, Permit) -> R,
+    ) -> Option<R> {
         let g = permit.generation();
         let local = self.local.read().unwrap_or_else(PoisonError::into_inner);
         let l = local.as_ref()?;
@@ -633,7 +645,10 @@ impl Shared {
         *lock(&self.pending) = Some(command);
         if !self.healthy.load(Ordering::Acquire) {
             // Obeyed locally now, and in Redis when it answers again.
-            if matches!(command, Command::Reset | Command::Disable | Command::MetricsOnly) {
+            if matches!(
+                command,
+                Command::Reset | Command::Disable | Command::MetricsOnly
+            ) {
                 self.hold_until.store(0, Ordering::Release);
             }
             let local = self.local.read().unwrap_or_else(PoisonError::into_inner);
@@ -868,10 +883,9 @@ impl Shared {
             let remaining = |until_us: i64| micros(until_us.saturating_sub(r.now_us));
             v.open_until = at.plus(remaining(r.open_until_us));
             v.half_open_until = cfg.max_half_open_wait().map(|max| {
-                at.plus(remaining(
-                    r.half_open_since_us
-                        .saturating_add(i64::try_from(max.as_micros()).unwrap_or(i64::MAX)),
-                ))
+                at.plus(remaining(r.half_open_since_us.saturating_add(
+                    i64::try_from(max.as_micros()).unwrap_or(i64::MAX),
+                )))
             });
             if healthy {
                 let key = (r.state, r.epoch);
@@ -939,7 +953,10 @@ impl Shared {
                     would_open,
                     reason,
                     window,
-                } => self.spec.events.shadow_trip(key, would_open, reason, window),
+                } => self
+                    .spec
+                    .events
+                    .shadow_trip(key, would_open, reason, window),
             }
         }
         if r.window.failures > 0 || r.window.slow > 0 {

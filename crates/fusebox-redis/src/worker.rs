@@ -76,7 +76,13 @@ fn next_wake(s: &Shared, t: &Timers) -> Instant {
             if let Some(until) = v.half_open_until {
                 wake = wake.min(clock.instant(until).max(t.next_deadline_check));
             }
-            if let Some(oldest) = v.leases.iter().filter(|l| !l.in_use).map(|l| l.claimed).min() {
+            if let Some(oldest) = v
+                .leases
+                .iter()
+                .filter(|l| !l.in_use)
+                .map(|l| l.claimed)
+                .min()
+            {
                 wake = wake.min(clock.instant(oldest) + lease_hold(s));
             }
             if s.want_lease.load(Ordering::Relaxed) {
@@ -162,8 +168,7 @@ async fn step(s: &Arc<Shared>, t: &mut Timers) {
     let wanted = match state {
         State::HalfOpen => s.want_lease.load(Ordering::Relaxed),
         State::Open => {
-            open_over
-                && (s.want_lease.load(Ordering::Relaxed) || s.demand.load(Ordering::Relaxed))
+            open_over && (s.want_lease.load(Ordering::Relaxed) || s.demand.load(Ordering::Relaxed))
         }
         _ => {
             s.want_lease.store(false, Ordering::Relaxed);

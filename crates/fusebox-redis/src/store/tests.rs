@@ -11,8 +11,12 @@ use tokio::sync::broadcast;
 
 const NOW: i64 = 1_700_000_000_000_000;
 
-fn config(f: impl FnOnce(crate::RedisStoreConfigBuilder) -> crate::RedisStoreConfigBuilder) -> RedisStoreConfig {
-    f(RedisStoreConfig::builder("redis://127.0.0.1:1/0")).build().unwrap()
+fn config(
+    f: impl FnOnce(crate::RedisStoreConfigBuilder) -> crate::RedisStoreConfigBuilder,
+) -> RedisStoreConfig {
+    f(RedisStoreConfig::builder("redis://127.0.0.1:1/0"))
+        .build()
+        .unwrap()
 }
 
 fn breaker() -> Arc<CircuitBreakerConfig> {
@@ -86,12 +90,20 @@ fn before_redis_answers_the_local_fallback_decides() {
     assert!(!store.is_synced());
     assert_eq!(store.scope(), Some("dep:payments"));
     let permit = store.acquire().unwrap();
-    assert_ne!(permit.generation() & LOCAL_BIT, 0, "a permit of the local breaker");
+    assert_ne!(
+        permit.generation() & LOCAL_BIT,
+        0,
+        "a permit of the local breaker"
+    );
     for _ in 0..5 {
         let p = store.acquire().unwrap();
         store.record(p, true, false, None);
     }
-    assert_eq!(store.snapshot().state, State::Open, "the local window tripped");
+    assert_eq!(
+        store.snapshot().state,
+        State::Open,
+        "the local window tripped"
+    );
     assert!(store.acquire().is_err());
 }
 
@@ -101,7 +113,10 @@ fn the_fleet_state_decides_once_heard_and_each_transition_is_reported_once() {
     let s = shared(&store);
     s.apply_now(&reply(State::Closed, 3, NOW));
     assert!(store.is_synced());
-    assert_eq!(store.acquire().unwrap(), Permit::new(3, PermitKind::Counted));
+    assert_eq!(
+        store.acquire().unwrap(),
+        Permit::new(3, PermitKind::Counted)
+    );
     assert_eq!(transitions(&mut rx), [], "closed at start is no transition");
 
     let opened = open(4, NOW + 10, Duration::from_secs(30));
@@ -110,7 +125,10 @@ fn the_fleet_state_decides_once_heard_and_each_transition_is_reported_once() {
     assert_eq!(transitions(&mut rx), [(State::Closed, State::Open, 4)]);
     let rejected = store.acquire().unwrap_err();
     assert!(!rejected.half_open);
-    assert!(rejected.retry_after > Duration::from_secs(29), "{rejected:?}");
+    assert!(
+        rejected.retry_after > Duration::from_secs(29),
+        "{rejected:?}"
+    );
     let snap = store.snapshot();
     assert_eq!((snap.state, snap.generation), (State::Open, 4));
     assert_eq!(snap.window.failures, 4);
@@ -191,7 +209,10 @@ fn when_redis_goes_away_a_known_open_state_holds_and_otherwise_the_local_window_
     s.unhealthy("connection refused", "sync");
     assert!(!store.is_synced());
     let r = store.acquire().unwrap_err();
-    assert!(r.retry_after > Duration::from_secs(29), "the fleet's OPEN holds: {r:?}");
+    assert!(
+        r.retry_after > Duration::from_secs(29),
+        "the fleet's OPEN holds: {r:?}"
+    );
     assert_eq!(store.snapshot().state, State::Open);
     // A late reply does not put the view back in charge.
     s.apply_now(&reply(State::Closed, 5, NOW + 1));
@@ -203,7 +224,11 @@ fn when_redis_goes_away_a_known_open_state_holds_and_otherwise_the_local_window_
     s.apply_now(&reply(State::Closed, 1, NOW));
     s.unhealthy("connection refused", "sync");
     let p = store.acquire().unwrap();
-    assert_ne!(p.generation() & LOCAL_BIT, 0, "a permit of the local breaker");
+    assert_ne!(
+        p.generation() & LOCAL_BIT,
+        0,
+        "a permit of the local breaker"
+    );
     store.record(p, true, false, None);
     assert_eq!(store.snapshot().window.failures, 1, "recorded locally");
     // A permit of the fleet admitted before the outage is not recorded anywhere.
@@ -238,6 +263,9 @@ fn keys_not_listed_and_invalid_names_stay_local() {
         redis.make_store(spec("fraud", Some("shard-1"))).scope(),
         Some("dep:fraud:key:shard-1")
     );
-    assert_eq!(redis.make_store(spec("fraud", Some("shard-2"))).scope(), None);
+    assert_eq!(
+        redis.make_store(spec("fraud", Some("shard-2"))).scope(),
+        None
+    );
     assert_eq!(redis.make_store(spec("has space", None)).scope(), None);
 }
