@@ -102,3 +102,7 @@ pub mod axum;
 #[cfg(feature = "hyper-client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper-client")))]
 pub mod hyper;
+
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod tonic;
