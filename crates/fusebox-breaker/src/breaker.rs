@@ -17,6 +17,8 @@ use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
 
 pub(crate) struct Breaker<C, St> {
     pub(crate) table: RouteTable<C>,
@@ -27,6 +29,10 @@ pub(crate) struct Breaker<C, St> {
     pub(crate) events: EventSink,
     pub(crate) count_overloaded: bool,
     needs_end_time: bool,
+    /// Per route (by [`RouteId`](fusebox_classify::RouteId) index): its slow-call
+    /// threshold, if any. Read at admission to stamp the guard with the instant its call
+    /// turns slow, so that telling a slow call at the end is one comparison of instants.
+    slow_after: Box<[Option<Duration>]>,
     /// Used since the last eviction sweep (keyed breakers).
     pub(crate) touched: AtomicBool,
 }
@@ -51,6 +57,10 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         count_overloaded: bool,
     ) -> Self {
         let needs_end_time = store.needs_end_time();
+        let slow_after = table
+            .iter()
+            .map(|(_, _, route)| route.slow_call_threshold())
+            .collect();
         Breaker {
             table,
             store,
@@ -60,6 +70,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             events,
             count_overloaded,
             needs_end_time,
+            slow_after,
             touched: AtomicBool::new(true),
         }
     }
@@ -82,17 +93,20 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     ) -> Result<Guard<C, St>, CircuitOpen> {
         match self.store.acquire() {
             Ok(permit) => {
-                let start = (self
-                    .table
-                    .route(meta.route())
-                    .slow_call_threshold()
-                    .is_some())
-                .then(|| self.clock.now());
+                // An unknown route id falls back to the default route, as the table does.
+                let threshold = self
+                    .slow_after
+                    .get(meta.route().index())
+                    .or_else(|| self.slow_after.first())
+                    .copied()
+                    .flatten();
+                // Past the end of time (a threshold of centuries): never slow.
+                let slow_at = threshold.map(|t| Instant::now().checked_add(t));
                 Ok(Guard {
                     breaker: owner(),
                     permit,
                     meta,
-                    start,
+                    slow_at,
                     done: false,
                 })
             }
@@ -209,7 +223,9 @@ pub(crate) struct Guard<C: Classifier, St: Store> {
     breaker: Owner<C, St>,
     permit: Permit,
     meta: CallMeta,
-    start: Option<Nanos>,
+    /// When the call turns slow (admission time + the route's threshold, `None` inside if
+    /// that is past the end of time); `None` when its route does not measure slowness.
+    slow_at: Option<Option<Instant>>,
     done: bool,
 }
 
@@ -271,14 +287,12 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     #[inline]
     fn measure(&self) -> (bool, Option<Nanos>) {
         let b = &self.breaker;
-        if self.start.is_none() && !b.needs_end_time {
+        if self.slow_at.is_none() && !b.needs_end_time {
             return (false, None);
         }
-        let now = b.clock.now();
-        let slow = self
-            .start
-            .is_some_and(|start| b.table.route(self.meta.route()).is_slow(now.since(start)));
-        (slow, Some(now))
+        let now = Instant::now();
+        let slow = self.slow_at.flatten().is_some_and(|at| now >= at);
+        (slow, Some(b.clock.nanos_at(now)))
     }
 
     /// Records `verdict` (slowness measured now).
