@@ -19,26 +19,17 @@ use tokio::time::{Instant, Sleep};
 ///
 /// Its timer is a [`Sleep`] pinned inside it: nothing is boxed. Fails with [`Elapsed`]
 /// when the timer fires first, and with [`DeadlineExceeded`] at once when the caller's
-/// deadline had passed before the call (the inner service was not called).
+/// deadline had passed before the call (the inner service was not called: no inner
+/// future).
 #[pin_project]
 #[derive(Debug)]
 pub struct ResponseFuture<F> {
     #[pin]
-    state: State<F>,
-}
-
-#[pin_project(project = StateProj)]
-#[derive(Debug)]
-enum State<F> {
-    Running {
-        #[pin]
-        inner: F,
-        #[pin]
-        sleep: Sleep,
-        route: Arc<str>,
-        limit: Duration,
-    },
-    Expired,
+    inner: Option<F>,
+    #[pin]
+    sleep: Sleep,
+    route: Arc<str>,
+    limit: Duration,
 }
 
 impl<F> ResponseFuture<F> {
@@ -46,31 +37,30 @@ impl<F> ResponseFuture<F> {
     #[inline]
     pub(crate) fn new(inner: F, route: Arc<str>, timeout: Duration) -> Self {
         ResponseFuture {
-            state: State::Running {
-                inner,
-                sleep: tokio::time::sleep(timeout),
-                route,
-                limit: timeout,
-            },
+            inner: Some(inner),
+            sleep: tokio::time::sleep(timeout),
+            route,
+            limit: timeout,
         }
     }
 
     /// A call bounded by a caller's deadline: its timer fires at `until`, `limit` from now.
     pub(crate) fn until(inner: F, route: Arc<str>, until: Instant, limit: Duration) -> Self {
         ResponseFuture {
-            state: State::Running {
-                inner,
-                sleep: tokio::time::sleep_until(until),
-                route,
-                limit,
-            },
+            inner: Some(inner),
+            sleep: tokio::time::sleep_until(until),
+            route,
+            limit,
         }
     }
 
-    /// A call refused because its deadline had passed.
-    pub(crate) fn expired() -> Self {
+    /// A call refused because its deadline, `deadline`, had passed.
+    pub(crate) fn expired(route: Arc<str>, deadline: Instant) -> Self {
         ResponseFuture {
-            state: State::Expired,
+            inner: None,
+            sleep: tokio::time::sleep_until(deadline),
+            route,
+            limit: Duration::ZERO,
         }
     }
 }
@@ -83,25 +73,22 @@ where
     type Output = Result<T, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Running {
-                inner,
-                sleep,
-                route,
-                limit,
-            } => {
-                // The call first, as tower's Timeout does: a response that is ready is
-                // returned even if the timer is due, and the timer is never registered
-                // with the driver for a call that completes on its first poll.
-                if let Poll::Ready(result) = inner.poll(cx) {
-                    return Poll::Ready(result.map_err(Into::into));
-                }
-                ready!(sleep.poll(cx));
-                telemetry::elapsed(route, *limit, Phase::Headers);
-                Poll::Ready(Err(Box::new(Elapsed::new(Arc::clone(route), *limit))))
-            }
-            StateProj::Expired => Poll::Ready(Err(Box::new(DeadlineExceeded::new()))),
+        let this = self.project();
+        let Some(inner) = this.inner.as_pin_mut() else {
+            return Poll::Ready(Err(Box::new(DeadlineExceeded::new())));
+        };
+        // The call first, as tower's Timeout does: a response that is ready is returned
+        // even if the timer is due, and the timer is never registered with the driver
+        // for a call that completes on its first poll.
+        if let Poll::Ready(result) = inner.poll(cx) {
+            return Poll::Ready(result.map_err(Into::into));
         }
+        ready!(this.sleep.poll(cx));
+        telemetry::elapsed(this.route, *this.limit, Phase::Headers);
+        Poll::Ready(Err(Box::new(Elapsed::new(
+            Arc::clone(this.route),
+            *this.limit,
+        ))))
     }
 }
 

@@ -8,6 +8,7 @@ use crate::telemetry;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::{BoxError, Classifier, Deadline, RouteTable};
 use http::{HeaderMap, Request, Response};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -105,8 +106,8 @@ where
         let now = Instant::now();
         match budget::budget(now, deadline.instant(), route_timeout) {
             Budget::Expired => {
-                telemetry::deadline_exceeded(route);
-                ResponseFuture::expired()
+                telemetry::deadline_exceeded(Arc::clone(&route));
+                ResponseFuture::expired(route, deadline.instant())
             }
             Budget::Run { limit } => {
                 if self.config.propagates() {
