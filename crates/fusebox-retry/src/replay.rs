@@ -10,6 +10,13 @@
 //! untouched, exactly once, and the request is not retried (buffering it would hold an
 //! unbounded amount of memory, or hold back a stream the server may be answering as it
 //! reads). An empty body needs no buffer at all and allocates nothing.
+//!
+//! Which requests are buffered: every request on a route that allows retries (and with
+//! `max_attempts` above 1) whose body is small enough — including non-idempotent ones,
+//! because a request that was never sent (connection refused) may be repeated whatever its
+//! method, and its body is needed for that. Requests on routes with retries off, or with
+//! `max_attempts(1)`, are passed through untouched and never buffered. For `Bytes` data,
+//! buffering holds a reference to the caller's chunk; it copies nothing.
 
 use bytes::Buf;
 use http::HeaderMap;

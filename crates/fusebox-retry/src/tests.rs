@@ -383,3 +383,88 @@ fn services_and_futures_are_send_and_static() {
     let future = svc.call(Request::new(Full::new(Bytes::from_static(b"x"))));
     assert_send(&future);
 }
+
+/// The counter `name` with label `name = layer`, from a debugging recorder's snapshot.
+fn counter(
+    snapshot: &[(
+        metrics_util::CompositeKey,
+        Option<metrics::Unit>,
+        Option<metrics::SharedString>,
+        metrics_util::debugging::DebugValue,
+    )],
+    name: &str,
+    layer: &str,
+) -> u64 {
+    snapshot
+        .iter()
+        .find(|(key, ..)| {
+            key.key().name() == name
+                && key
+                    .key()
+                    .labels()
+                    .any(|l| l.key() == "name" && l.value() == layer)
+        })
+        .map_or(0, |(.., value)| match value {
+            metrics_util::debugging::DebugValue::Counter(n) => *n,
+            other => panic!("{name} is not a counter: {other:?}"),
+        })
+}
+
+#[tokio::test(start_paused = true)]
+async fn counters_count_attempts_retries_hedges_and_refusals() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    // Handles are registered when the layer is built: build them under the test recorder.
+    let (budgeted, cut, hedged) = metrics::with_local_recorder(&recorder, || {
+        (
+            layer(
+                config()
+                    .name("budgeted")
+                    .retry_ratio(0.5)
+                    .min_retries_per_second(0),
+            ),
+            layer(
+                config()
+                    .name("cut")
+                    .failure_rate_threshold(Some(0.5))
+                    .cutoff_minimum_calls(1),
+            ),
+            layer(
+                config()
+                    .name("hedged")
+                    .hedge_delay(Some(Duration::from_millis(10))),
+            ),
+        )
+    });
+
+    // Always 503. Request 1: half a retry in the budget, refused. Request 2: one retry,
+    // then refused.
+    let seen = Seen::default();
+    let svc = budgeted.layer(dependency(seen.clone(), |_| status(503)));
+    svc.clone().oneshot(get()).await.unwrap();
+    svc.oneshot(get()).await.unwrap();
+    assert_eq!(seen.count(), 3);
+
+    // One failure in one attempt: the cut-off refuses the retry.
+    let svc = cut.layer(dependency(Seen::default(), |_| status(503)));
+    svc.oneshot(get()).await.unwrap();
+
+    // A slow first attempt gets a hedge.
+    let svc = hedged.layer(tower::service_fn(
+        |_: Request<ReplayBody<Empty<Bytes>>>| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            status(200)
+        },
+    ));
+    svc.oneshot(get()).await.unwrap();
+
+    let snapshot = snapshotter.snapshot().into_vec();
+    let get = |name: &str, layer: &str| counter(&snapshot, name, layer);
+    assert_eq!(get("fusebox_retry_attempts_total", "budgeted"), 3);
+    assert_eq!(get("fusebox_retry_retries_total", "budgeted"), 1);
+    assert_eq!(get("fusebox_retry_budget_exhausted_total", "budgeted"), 2);
+    assert_eq!(get("fusebox_retry_cutoff_refusals_total", "cut"), 1);
+    assert_eq!(get("fusebox_retry_attempts_total", "cut"), 1);
+    assert_eq!(get("fusebox_retry_hedges_total", "hedged"), 1);
+    assert_eq!(get("fusebox_retry_attempts_total", "hedged"), 2);
+}
