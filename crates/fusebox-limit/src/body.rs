@@ -6,7 +6,7 @@
 //! pass-through.
 
 use crate::adaptive::CallInfo;
-use crate::limiter::{Limiter, Permit};
+use crate::limiter::{Lane, Permit};
 use fusebox_classify::{ClassifiedBody, Classifier, OnEndOfStream, StreamEnd};
 use std::fmt;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ enum Kind<C> {
 
 /// A verdict to be taken at the end of the stream.
 pub(crate) struct Pending<C> {
-    pub(crate) limiter: Arc<Limiter<C>>,
+    pub(crate) lane: Arc<Lane<C>>,
     pub(crate) permit: Option<Permit<C>>,
     pub(crate) call: CallInfo,
 }
@@ -65,22 +65,19 @@ impl<C: Classifier> OnEndOfStream for Completion<C> {
             // Dropping the permit gives it back.
             return;
         };
-        let Pending {
-            limiter,
-            permit,
-            call,
-        } = *pending;
+        let Pending { lane, permit, call } = *pending;
+        let limiter = lane.limiter();
         let verdict = match end {
             StreamEnd::Trailers(trailers) => {
-                Some(call.classify(&limiter, |c, call| c.classify_eos(call, trailers)))
+                Some(call.classify(limiter, |c, call| c.classify_eos(call, trailers)))
             }
             StreamEnd::Error(error) => {
-                Some(call.classify(&limiter, |c, call| c.classify_error(call, error)))
+                Some(call.classify(limiter, |c, call| c.classify_error(call, error)))
             }
             StreamEnd::Dropped => None,
         };
         if let Some(verdict) = verdict {
-            call.record(&limiter, verdict);
+            call.record(limiter, verdict);
         }
         // Given back after the verdict, so a waiter is admitted under the updated limit.
         drop(permit);

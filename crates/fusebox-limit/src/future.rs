@@ -297,18 +297,14 @@ where
         }
         (None, true) => ClassifiedBody::new(body, Completion::release(permit)),
         (Some(call), hold) => {
-            let limiter = Arc::clone(permit.limiter());
+            let lane = Arc::clone(permit.lane());
             let permit = if hold {
                 Some(permit)
             } else {
                 drop(permit);
                 None
             };
-            let pending = Pending {
-                limiter,
-                permit,
-                call,
-            };
+            let pending = Pending { lane, permit, call };
             ClassifiedBody::new(body, Completion::record(pending))
         }
     };

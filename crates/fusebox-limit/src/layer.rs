@@ -17,7 +17,7 @@ use tower_layer::Layer;
 /// service" holds across all the connections and tasks that call it. Build two layer values
 /// for two independent limits.
 pub struct ConcurrencyLimitLayer<C = StandardClassifier, P = Unpartitioned> {
-    limiter: Arc<Limiter<C>>,
+    /// The root lane (the limiter) first, then one per partition.
     lanes: Arc<[Arc<Lane<C>>]>,
     config: ConcurrencyLimitConfig,
     partitioner: P,
@@ -35,10 +35,8 @@ impl<C: Classifier> ConcurrencyLimitLayer<C> {
     /// A limit whose adaptive algorithm classifies calls with `routes`: each route's
     /// classifier and slow-call threshold decide which calls are drops.
     pub fn with_routes(config: ConcurrencyLimitConfig, routes: RouteTable<C>) -> Self {
-        let limiter = Arc::new(Limiter::new(&config, routes, &[]));
         ConcurrencyLimitLayer {
-            lanes: Lane::all(&limiter),
-            limiter,
+            lanes: Lane::all(Limiter::new(&config, routes, &[])),
             config,
             partitioner: Unpartitioned,
         }
@@ -55,14 +53,9 @@ impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
         self,
         partitions: Partitions<K, F>,
     ) -> ConcurrencyLimitLayer<C, Partitions<K, F>> {
-        let limiter = Arc::new(Limiter::new(
-            &self.config,
-            self.limiter.table.clone(),
-            partitions.shares(),
-        ));
+        let table = self.lanes[0].limiter().table.clone();
         ConcurrencyLimitLayer {
-            lanes: Lane::all(&limiter),
-            limiter,
+            lanes: Lane::all(Limiter::new(&self.config, table, partitions.shares())),
             config: self.config,
             partitioner: partitions,
         }
@@ -70,7 +63,7 @@ impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
 
     /// A read-only view of the limit.
     pub fn handle(&self) -> LimitHandle {
-        LimitHandle::new(self.limiter.clone())
+        LimitHandle::new(self.lanes[0].clone())
     }
 
     /// The configuration.
@@ -82,7 +75,6 @@ impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
 impl<C, P: Clone> Clone for ConcurrencyLimitLayer<C, P> {
     fn clone(&self) -> Self {
         ConcurrencyLimitLayer {
-            limiter: Arc::clone(&self.limiter),
             lanes: Arc::clone(&self.lanes),
             config: self.config.clone(),
             partitioner: self.partitioner.clone(),
@@ -94,7 +86,7 @@ impl<C, P> fmt::Debug for ConcurrencyLimitLayer<C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimitLayer")
             .field("config", &self.config)
-            .field("limiter", &self.limiter)
+            .field("limiter", self.lanes[0].limiter())
             .finish_non_exhaustive()
     }
 }

@@ -24,6 +24,9 @@ use std::time::Duration;
 /// (and keeps what it grew).
 const PREALLOCATED_WAITERS: usize = 256;
 
+// `repr(C)`: the counters every call writes come first, right after the lane's tag and the
+// `Arc`'s reference counts (see `Lane`).
+#[repr(C)]
 pub(crate) struct Limiter<C> {
     // Written on every call.
     in_flight: AtomicUsize,
@@ -471,34 +474,61 @@ pub(crate) fn micros(at: Nanos) -> u32 {
 
 // === impl Lane ===
 
-/// A partition's way into the limiter (or the unreserved pool's): what a permit points to.
+/// A way into the limiter: what a permit points to.
 ///
-/// One per partition, created with the layer, so that a permit is one pointer and knows
-/// which partition to give its slot back to.
-pub(crate) struct Lane<C> {
-    pub(crate) limiter: Arc<Limiter<C>>,
-    partition: Option<u16>,
+/// The unreserved pool's lane *is* the limiter, so that the reference count a permit bumps
+/// sits beside the counter it admits with: on a busy server both are written by every call
+/// on every core, and one cache line moving between cores costs less than two. Each
+/// partition has a lane of its own that points to it, so a permit stays one pointer and
+/// knows which partition to give its slot back to.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one lane per partition, made once: boxing the root would split the line"
+)]
+pub(crate) enum Lane<C> {
+    Root(Limiter<C>),
+    Partition { root: Arc<Lane<C>>, index: u16 },
 }
 
 impl<C> Lane<C> {
-    /// The lanes of a limiter: the unreserved pool's first, then one per partition.
-    pub(crate) fn all(limiter: &Arc<Limiter<C>>) -> Arc<[Arc<Lane<C>>]> {
-        let lane = |partition| {
-            Arc::new(Lane {
-                limiter: Arc::clone(limiter),
-                partition,
-            })
-        };
-        let partitions = (0..limiter.partitions()).filter_map(|i| u16::try_from(i).ok());
-        std::iter::once(lane(None))
-            .chain(partitions.map(|i| lane(Some(i))))
-            .collect()
+    /// The lanes of a limiter: the root (the unreserved pool) first, then one per partition.
+    pub(crate) fn all(limiter: Limiter<C>) -> Arc<[Arc<Lane<C>>]> {
+        let partitions = limiter.partitions();
+        let root = Arc::new(Lane::Root(limiter));
+        let mut lanes = Vec::with_capacity(partitions + 1);
+        lanes.push(Arc::clone(&root));
+        for index in (0..partitions).filter_map(|i| u16::try_from(i).ok()) {
+            lanes.push(Arc::new(Lane::Partition {
+                root: Arc::clone(&root),
+                index,
+            }));
+        }
+        lanes.into()
+    }
+
+    #[inline]
+    pub(crate) fn limiter(&self) -> &Limiter<C> {
+        let mut lane = self;
+        loop {
+            match lane {
+                Lane::Root(limiter) => return limiter,
+                Lane::Partition { root, .. } => lane = root,
+            }
+        }
+    }
+
+    #[inline]
+    fn partition(&self) -> Option<u16> {
+        match self {
+            Lane::Root(_) => None,
+            Lane::Partition { index, .. } => Some(*index),
+        }
     }
 
     /// Takes a permit if one is free and nobody is queued ahead. `None` when full.
     #[inline]
     pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Permit<C>> {
-        if self.limiter.admit(self.partition) {
+        if self.limiter().admit(self.partition()) {
             Some(Permit {
                 lane: Arc::clone(self),
             })
@@ -509,7 +539,7 @@ impl<C> Lane<C> {
 
     /// Queues a call that found the limit full, or says why it is shed.
     pub(crate) fn enqueue(self: &Arc<Self>) -> Result<Ticket<C>, Shed> {
-        let (index, generation) = self.limiter.enqueue(self.partition)?;
+        let (index, generation) = self.limiter().enqueue(self.partition())?;
         Ok(Ticket {
             lane: Arc::clone(self),
             index,
@@ -522,9 +552,27 @@ impl<C> Lane<C> {
 impl<C> fmt::Debug for Lane<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lane")
-            .field("limiter", &self.limiter.name)
-            .field("partition", &self.partition)
+            .field("limiter", &self.limiter())
+            .field("partition", &self.partition())
             .finish()
+    }
+}
+
+impl<C: Send + Sync> Observe for Lane<C> {
+    fn name(&self) -> &str {
+        &self.limiter().name
+    }
+    fn limit(&self) -> usize {
+        self.limiter().limit()
+    }
+    fn in_flight(&self) -> usize {
+        self.limiter().in_flight()
+    }
+    fn waiting(&self) -> usize {
+        self.limiter().waiting()
+    }
+    fn set_limit(&self, limit: usize) -> bool {
+        self.limiter().set_limit(limit)
     }
 }
 
@@ -539,8 +587,13 @@ pub(crate) struct Permit<C> {
 }
 
 impl<C> Permit<C> {
-    pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
-        &self.lane.limiter
+    pub(crate) fn limiter(&self) -> &Limiter<C> {
+        self.lane.limiter()
+    }
+
+    /// The lane, shared (to keep the limiter alive past the permit).
+    pub(crate) fn lane(&self) -> &Arc<Lane<C>> {
+        &self.lane
     }
 }
 
@@ -553,7 +606,7 @@ impl<C> fmt::Debug for Permit<C> {
 impl<C> Drop for Permit<C> {
     #[inline]
     fn drop(&mut self) {
-        self.lane.limiter.release(self.lane.partition);
+        self.lane.limiter().release(self.lane.partition());
     }
 }
 
@@ -574,7 +627,11 @@ impl<C> Ticket<C> {
         if self.done {
             return Poll::Pending;
         }
-        match self.lane.limiter.poll_slot(self.index, self.generation, cx) {
+        match self
+            .lane
+            .limiter()
+            .poll_slot(self.index, self.generation, cx)
+        {
             Poll::Ready(()) => {
                 self.done = true;
                 Poll::Ready(Permit {
@@ -591,15 +648,15 @@ impl<C> Ticket<C> {
             return None;
         }
         self.lane
-            .limiter
+            .limiter()
             .withdraw(self.index, self.generation)
             .then(|| Permit {
                 lane: Arc::clone(&self.lane),
             })
     }
 
-    pub(crate) fn limiter(&self) -> &Arc<Limiter<C>> {
-        &self.lane.limiter
+    pub(crate) fn limiter(&self) -> &Limiter<C> {
+        self.lane.limiter()
     }
 }
 
@@ -696,22 +753,4 @@ pub(crate) trait Observe: Send + Sync + fmt::Debug {
     fn in_flight(&self) -> usize;
     fn waiting(&self) -> usize;
     fn set_limit(&self, limit: usize) -> bool;
-}
-
-impl<C: Send + Sync> Observe for Limiter<C> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn limit(&self) -> usize {
-        Limiter::limit(self)
-    }
-    fn in_flight(&self) -> usize {
-        Limiter::in_flight(self)
-    }
-    fn waiting(&self) -> usize {
-        Limiter::waiting(self)
-    }
-    fn set_limit(&self, limit: usize) -> bool {
-        Limiter::set_limit(self, limit)
-    }
 }

@@ -68,7 +68,7 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
     where
         C: Send + Sync + 'static,
     {
-        LimitHandle::new(self.lanes[0].limiter.clone())
+        LimitHandle::new(self.lanes[0].clone())
     }
 }
 
@@ -86,7 +86,7 @@ impl<S: fmt::Debug, C, P> fmt::Debug for ConcurrencyLimit<S, C, P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimit")
             .field("inner", &self.inner)
-            .field("limiter", &self.lanes[0].limiter)
+            .field("limiter", self.lanes[0].limiter())
             .finish_non_exhaustive()
     }
 }
@@ -112,7 +112,7 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let index = self.lane(self.partitioner.partition(&request));
         let lane = &self.lanes[index];
-        let limiter = &lane.limiter;
+        let limiter = lane.limiter();
         let mut call = if limiter.is_adaptive() {
             Some(CallInfo::new(limiter, &request))
         } else {
@@ -143,7 +143,7 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
         S: Service<Request<B>> + Clone,
     {
         let lane = &self.lanes[index];
-        let limiter = &lane.limiter;
+        let limiter = lane.limiter();
         match lane.enqueue() {
             Ok(ticket) => {
                 let max_wait = limiter.queue.map(|q| q.max_wait()).unwrap_or_default();
