@@ -5,7 +5,7 @@
 //! bad input — a flag, a scenario, a policy file or a calls file — reported with its file,
 //! line and reason.
 
-use crate::config::{PolicyFile, describe_policy, load_policy_file, parse_duration};
+use crate::config::{Policies, describe_policy, load_policy_file, parse_duration};
 use crate::drill::{self, DrillError, DrillOptions, Out};
 use crate::input::{InputError, SourceFile};
 use crate::replay::calls::Format;
@@ -47,17 +47,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a live fault drill against a flaky dependency on 127.0.0.1.
-    Drill(DrillArgs),
-    /// Replay recorded calls through the configured breakers on virtual time.
-    Replay(ReplayArgs),
-    /// Validate a policy file (or a scenario) and print the effective settings.
-    Check(CheckArgs),
-}
-
-/// `fusebox drill`.
-#[derive(Debug, Args)]
-#[command(
-    long_about = "Run a live fault drill.\n\n\
+    #[command(
+        long_about = "Run a live fault drill.\n\n\
         Starts the scenario's flaky dependency (a real HTTP/1 server on 127.0.0.1, a free port) \
         whose latency, status codes and connection resets follow the scenario's phases; drives \
         traffic at the scenario's rate and concurrency through a hyper-util client wrapped in \
@@ -67,11 +58,55 @@ pub enum Command {
         expectations, and writes report.json and chart.svg to --out.\n\n\
         SCENARIO is a built-in name (see --list) or a scenario file (TOML; --show NAME prints a \
         built-in to start from). The exit code is 0 when every expectation held, 1 otherwise.",
-    after_help = "Examples:\n  fusebox drill\n  fusebox drill unavailable --out /tmp/drill\n  \
+        after_help = "Examples:\n  fusebox drill\n  fusebox drill unavailable --out /tmp/drill\n  \
         fusebox drill my-scenario.toml --config policies.toml --policy payments\n  \
         fusebox drill brownout --replicas 3 --store redis://127.0.0.1:6379/0\n  \
         fusebox drill --show gradual-recovery > mine.toml"
-)]
+    )]
+    Drill(DrillArgs),
+    /// Replay recorded calls through the configured breakers on virtual time.
+    #[command(
+        long_about = "Replay recorded calls through the configured breakers on virtual time.\n\n\
+        Each call (CSV or JSON lines: timestamp, route, status or error kind, latency) is \
+        admitted or rejected by its route's breaker — the exact state machine fusebox runs — at \
+        its timestamp, and its outcome, judged by the route's classification rules, is recorded \
+        when it completes at timestamp + latency. The report says when each breaker would have \
+        opened and why, how many calls it would have rejected (and how many of those would have \
+        succeeded), how long it stayed open, and how often it flapped.\n\n\
+        With --sweep, the calls are replayed once per combination of the listed thresholds and \
+        the trade-offs are printed as a table; with --incident, the settings that would have \
+        opened within --within of the incident's start without opening outside it are marked.\n\n\
+        CSV columns: timestamp,route,status,latency_ms (header optional; also error, latency_us, \
+        latency_s). Timestamps: RFC 3339 or seconds since the epoch, in order. Status: an HTTP \
+        status, grpc:CODE, or timeout, reset, refused, connect_timeout, connect_error, tls, eof, \
+        error, cancelled, circuit_open, overloaded, deadline_exceeded, rejected. Routes: a key of \
+        a policy's routes (the first policy in the file that has it), or METHOD /path matched by \
+        them; calls on other routes are an error unless --default-policy names a policy for them.",
+        after_help = "Examples:\n  fusebox replay --config policies.toml --calls calls.csv\n  \
+        fusebox replay --config policies.toml --calls calls.jsonl --json report.json\n  \
+        fusebox replay --config policies.toml --calls calls.csv --sweep \\\n      \
+        --failure-rate 30,50,70 --minimum-calls 10,20,50 --window count:50,time:30s \\\n      \
+        --incident 2024-05-01T12:10:00Z..2024-05-01T12:25:00Z --within 30s"
+    )]
+    Replay(ReplayArgs),
+    /// Validate a policy file (or a scenario) and print the effective settings.
+    #[command(
+        long_about = "Validate a policy file (or a drill scenario) and print the effective settings.\n\n\
+        Every problem is reported, each with its position and path, e.g. \
+        `policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within \
+        1..=100, got 150`; the exit code is then 2. A file with [[phases]] is read as a \
+        scenario, anything else as a policy file.\n\n\
+        Policy files are the fusebox facade's (fusebox::config), TOML or YAML by extension: \
+        [defaults] inherited by every [policies.NAME], each with breaker, limit, timeout, retry, \
+        recovery_ramp, default_route and routes.\"METHOD /path\" sections; unknown keys are \
+        errors.",
+        after_help = "Example:\n  fusebox check policies.toml"
+    )]
+    Check(CheckArgs),
+}
+
+/// `fusebox drill`.
+#[derive(Debug, Args)]
 pub struct DrillArgs {
     /// A built-in scenario's name or a scenario file [default: brownout].
     pub scenario: Option<String>,
@@ -116,32 +151,13 @@ pub enum CallsFormat {
 
 /// `fusebox replay`.
 #[derive(Debug, Args)]
-#[command(
-    long_about = "Replay recorded calls through the configured breakers on virtual time.\n\n\
-        Each call (CSV or JSON lines: timestamp, route, status or error kind, latency) is \
-        admitted or rejected by its route's breaker — the exact state machine fusebox runs — at \
-        its timestamp, and its outcome, judged by the route's classification rules, is recorded \
-        when it completes at timestamp + latency. The report says when each breaker would have \
-        opened and why, how many calls it would have rejected (and how many of those would have \
-        succeeded), how long it stayed open, and how often it flapped.\n\n\
-        With --sweep, the calls are replayed once per combination of the listed thresholds and \
-        the trade-offs are printed as a table; with --incident, the settings that would have \
-        opened within --within of the incident's start without opening outside it are marked.\n\n\
-        CSV columns: timestamp,route,status,latency_ms (header optional; also error, latency_us, \
-        latency_s). Timestamps: RFC 3339 or seconds since the epoch, in order. Status: an HTTP \
-        status, grpc:CODE, or timeout, reset, refused, connect_timeout, connect_error, tls, eof, \
-        error, cancelled, circuit_open, overloaded, deadline_exceeded, rejected. Routes: a key of \
-        a policy's routes, or METHOD /path matched by them; others go to default_policy.",
-    after_help = "Examples:\n  fusebox replay --config policies.toml --calls calls.csv\n  \
-        fusebox replay --config policies.toml --calls calls.jsonl --json report.json\n  \
-        fusebox replay --config policies.toml --calls calls.csv --sweep \\\n      \
-        --failure-rate 30,50,70 --minimum-calls 10,20,50 --window count:50,time:30s \\\n      \
-        --incident 2024-05-01T12:10:00Z..2024-05-01T12:25:00Z --within 30s"
-)]
 pub struct ReplayArgs {
-    /// The policy file (see `fusebox check`).
+    /// The policy file, TOML or YAML (see `fusebox check`).
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
+    /// The policy that serves calls on routes no policy lists (else they are an error).
+    #[arg(long, value_name = "NAME")]
+    pub default_policy: Option<String>,
     /// The recorded calls.
     #[arg(long, value_name = "FILE")]
     pub calls: PathBuf,
@@ -194,18 +210,6 @@ pub struct ReplayArgs {
 
 /// `fusebox check`.
 #[derive(Debug, Args)]
-#[command(
-    long_about = "Validate a policy file (or a drill scenario) and print the effective settings.\n\n\
-        Every problem is reported, each with its position and path, e.g. \
-        `policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within \
-        1..=100, got 150`; the exit code is then 2. A file with [[phases]] is read as a \
-        scenario, anything else as a policy file.\n\n\
-        Policy files are this command's own TOML format until the fusebox facade's Policy \
-        configuration lands: [defaults] (inherited by every policy), [policies.NAME] with \
-        breaker, timeout, limit and retry sections and per-route [policies.NAME.routes.\"GET \
-        /path\"] sections, and default_policy = \"NAME\" for routes no policy lists.",
-    after_help = "Example:\n  fusebox check policies.toml"
-)]
 pub struct CheckArgs {
     /// The file to check.
     pub file: PathBuf,
@@ -285,7 +289,7 @@ pub fn run(cli: Cli) -> u8 {
     }
 }
 
-fn load_policies(path: &Path) -> Result<PolicyFile, Failure> {
+fn load_policies(path: &Path) -> Result<Policies, Failure> {
     let src = SourceFile::read(path)?;
     Ok(load_policy_file(&src)?)
 }
@@ -415,7 +419,10 @@ pub fn write_reports(report: &drill::report::DrillReport, dir: &Path) -> Result<
 }
 
 fn run_replay(a: ReplayArgs) -> Result<(), Failure> {
-    let policies = load_policies(&a.config)?;
+    let mut policies = load_policies(&a.config)?;
+    if let Some(name) = &a.default_policy {
+        policies.set_default_policy(name)?;
+    }
     let file = a.calls.display().to_string();
     let data = std::fs::read(&a.calls)
         .map_err(|e| InputError::in_file(&file, format!("cannot read the file: {e}")))?;
@@ -500,12 +507,6 @@ fn run_check(a: CheckArgs) -> Result<(), Failure> {
     for p in &file.policies {
         stdout_line("");
         stdout_line(describe_policy(p).trim_end());
-    }
-    if let Some(d) = file.default_policy {
-        stdout_line(&format!(
-            "\nroutes no policy lists go to {:?}",
-            file.policies[d].name
-        ));
     }
     Ok(())
 }

@@ -1,77 +1,55 @@
-//! Policy files: the breaker, timeout, concurrency limit and retry settings of each
-//! dependency, in TOML.
+//! Policy files: read with the `fusebox` facade's loader, located to the line.
 //!
-//! `fusebox replay --config`, `fusebox drill --config` and `fusebox check` read this
-//! format; a drill scenario's `[policy]` table is one policy in the same shape. It is the
-//! command's own format until the `fusebox` facade's `Policy` configuration lands; the
-//! key names are the layer builders' own (`minimum_calls`, `failure_rate_threshold`,
-//! `open_wait`, ...), so a policy written here reads the same there.
+//! The command reads the same policy files a service does: TOML or YAML with shared
+//! `[defaults]` and named `[policies.NAME]`, each with `breaker`, `limit`, `timeout`,
+//! `retry`, `recovery_ramp`, `default_route` and `routes."METHOD /path"` sections (see
+//! [`fusebox::config`] for every key). The facade checks the file and reports every
+//! problem at its path; this module adds the position of each problem in the file
+//! (`policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within
+//! 1..=100, got 150`) and extracts what the commands need from each policy: its route
+//! table, its layer configurations, and its breaker settings in a form that replays and
+//! sweeps can rebuild with other thresholds.
 //!
 //! ```toml
-//! # Every policy starts from these (optional).
-//! [defaults]
-//! slow_call_duration = "500ms"      # a call at or above this is slow (default route)
-//!
 //! [defaults.breaker]
-//! window = { kind = "count", size = 100 }   # or { kind = "time", duration = "30s", buckets = 10 }
+//! count_window = 100
 //! minimum_calls = 20
-//! failure_rate_threshold = 50       # percent
-//! slow_call_rate_threshold = 80     # percent
+//! failure_rate_threshold = 50
 //! open_wait = "10s"
-//! open_wait_jitter = "1s"
-//! permitted_probes = 3
 //!
-//! [policies.payments]               # one breaker per policy, named after it
-//! count_throttling = true           # 429 / RESOURCE_EXHAUSTED count as failures
+//! [policies.payments.default_route]
+//! slow_call_duration = "500ms"
 //!
 //! [policies.payments.timeout]
 //! default_timeout = "800ms"
 //!
-//! [policies.payments.limit]
-//! max_concurrency = 64
-//! queue = { max_waiters = 32, max_wait = "50ms" }
-//!
-//! [policies.payments.retry]
-//! max_attempts = 3
-//! retry_ratio = 0.1
-//!
 //! [policies.payments.routes."POST /charges"]
 //! slow_call_duration = "1s"
-//! timeout = "2s"
-//! retry = false
-//! failure_statuses = [409]
+//! count_throttling = true
 //! ```
-//!
-//! A policy serves the routes it lists (`"METHOD /path/{param}"` or `"/path"`, as the
-//! route table matches them); `default_policy = "name"` at the top level names the policy
-//! that serves every other route. Sections a policy (or `[defaults]`) leaves out are layers
-//! it does not have. Unknown keys are errors, and every problem is reported with its
-//! position and its path, e.g. `policies.payments.breaker.failure_rate_threshold: must be
-//! within 1..=100, got 150`.
 
 use crate::input::{InputError, SourceFile};
+use fusebox::config::PolicyFile as FacadeFile;
 use fusebox_breaker::{CircuitBreakerConfig, OnClose, WindowConfig};
-use fusebox_classify::{ConfigError, HttpClassifier, Route, RouteTable, StandardClassifier};
+use fusebox_classify::{ConfigError, RouteId, RouteTable, StandardClassifier};
 use fusebox_limit::{ConcurrencyLimitConfig, Limit};
 use fusebox_retry::RetryConfig;
 use fusebox_timeout::TimeoutConfig;
-use serde::Deserialize;
-use std::collections::BTreeMap;
-use std::fmt::{self, Write as _};
+use serde_json::Value;
+use std::fmt::Write as _;
 use std::ops::Range;
 use std::time::Duration;
-use toml::Spanned;
 
 /// A duration written the human way (`"750ms"`, `"2s"`, `"1m 30s"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Dur(pub Duration);
 
-impl<'de> Deserialize<'de> for Dur {
+impl<'de> serde::Deserialize<'de> for Dur {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl serde::de::Visitor<'_> for V {
             type Value = Dur;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a duration such as \"750ms\" or \"2s\"")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Dur, E> {
@@ -111,250 +89,55 @@ pub fn fmt_duration(d: Duration) -> String {
 
 fn trim_float(x: f64, decimals: usize) -> String {
     let s = format!("{x:.decimals$}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    s.to_owned()
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
-type Sp<T> = Spanned<T>;
-
-/// Defines a raw (as-written) section: every field optional and spanned, a merge that
-/// fills what `self` leaves out from `base`, and the span of a field by name.
-macro_rules! raw_section {
-    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Default, Deserialize)]
-        #[serde(deny_unknown_fields)]
-        pub(crate) struct $name {
-            $(pub(crate) $field: Option<Sp<$ty>>,)*
-        }
-
-        impl $name {
-            #[allow(dead_code)]
-            pub(crate) fn merged(&self, base: &$name) -> $name {
-                $name { $($field: self.$field.clone().or_else(|| base.$field.clone()),)* }
-            }
-
-            #[allow(dead_code)]
-            pub(crate) fn span_of(&self, field: &str) -> Option<Range<usize>> {
-                match field {
-                    $(stringify!($field) => self.$field.as_ref().map(|f| f.span()),)*
-                    _ => None,
-                }
-            }
-        }
-    };
+/// A policy's breaker settings as the file writes them (defaults merged), to rebuild the
+/// breaker with other thresholds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct BreakerKeys {
+    name: Option<String>,
+    window: Option<WindowConfig>,
+    minimum_calls: Option<u32>,
+    failure_rate_threshold: Option<u32>,
+    slow_call_rate_threshold: Option<u32>,
+    consecutive_failures: Option<u32>,
+    open_wait: Option<Duration>,
+    open_wait_jitter: Option<Duration>,
+    open_wait_multiplier: Option<f64>,
+    max_open_wait: Option<Duration>,
+    permitted_probes: Option<u32>,
+    probe_successes: Option<u32>,
+    max_half_open_wait: Option<Option<Duration>>,
+    on_close: Option<OnClose>,
+    count_overloaded: Option<bool>,
+    seed: Option<u64>,
+    key: Option<String>,
 }
 
-/// A breaker window as written.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub(crate) enum RawWindow {
-    /// The last `size` calls.
-    Count { size: u32 },
-    /// The calls of the last `duration`.
-    Time {
-        duration: Dur,
-        #[serde(default = "default_buckets")]
-        buckets: u32,
-    },
+/// Changes to a policy's breaker, for replays and sweeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BreakerOverrides {
+    /// `failure_rate_threshold`, percent.
+    pub failure_rate_threshold: Option<u32>,
+    /// `slow_call_rate_threshold`, percent.
+    pub slow_call_rate_threshold: Option<u32>,
+    /// `minimum_calls`.
+    pub minimum_calls: Option<u32>,
+    /// The window.
+    pub window: Option<WindowConfig>,
+    /// The jitter's seed, used when the file sets none.
+    pub default_seed: Option<u64>,
 }
 
-fn default_buckets() -> u32 {
-    10
-}
-
-/// `on_close` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum RawOnClose {
-    Clear,
-    Keep,
-}
-
-/// A queue as written.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawQueue {
-    max_waiters: usize,
-    max_wait: Dur,
-}
-
-raw_section!(
-    /// `[breaker]`.
-    RawBreaker {
-        window: RawWindow,
-        minimum_calls: u32,
-        failure_rate_threshold: u32,
-        slow_call_rate_threshold: u32,
-        consecutive_failures: u32,
-        open_wait: Dur,
-        open_wait_jitter: Dur,
-        open_wait_multiplier: f64,
-        max_open_wait: Dur,
-        permitted_probes: u32,
-        probe_successes: u32,
-        max_half_open_wait: Dur,
-        on_close: RawOnClose,
-        count_overloaded: bool,
-        seed: u64,
-    }
-);
-
-raw_section!(
-    /// `[timeout]`.
-    RawTimeout {
-        default_timeout: Dur,
-        body_timeout: Dur,
-    }
-);
-
-raw_section!(
-    /// `[limit]`.
-    RawLimit {
-        max_concurrency: usize,
-        queue: RawQueue,
-        retry_after: Dur,
-    }
-);
-
-raw_section!(
-    /// `[retry]`.
-    RawRetry {
-        max_attempts: u32,
-        retry_ratio: f64,
-        min_retries_per_second: u32,
-        ttl: Dur,
-        failure_rate_threshold: f64,
-        cutoff_minimum_calls: u32,
-        base_delay: Dur,
-        max_delay: Dur,
-        max_retry_after: Dur,
-        seed: u64,
-    }
-);
-
-raw_section!(
-    /// `[routes."KEY"]`.
-    RawRoute {
-        slow_call_duration: Dur,
-        timeout: Dur,
-        count_throttling: bool,
-        retry: bool,
-        idempotent: bool,
-        failure_statuses: Vec<u16>,
-        success_statuses: Vec<u16>,
-        ignored_statuses: Vec<u16>,
-    }
-);
-
-/// A policy as written (also `[defaults]` and a scenario's `[policy]`).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawPolicy {
-    slow_call_duration: Option<Sp<Dur>>,
-    count_throttling: Option<Sp<bool>>,
-    failure_statuses: Option<Sp<Vec<u16>>>,
-    success_statuses: Option<Sp<Vec<u16>>>,
-    ignored_statuses: Option<Sp<Vec<u16>>>,
-    breaker: Option<Sp<RawBreaker>>,
-    timeout: Option<Sp<RawTimeout>>,
-    limit: Option<Sp<RawLimit>>,
-    retry: Option<Sp<RawRetry>>,
-    #[serde(default)]
-    routes: BTreeMap<Sp<String>, Sp<RawRoute>>,
-}
-
-/// A policy file as written.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    default_policy: Option<Sp<String>>,
-    defaults: Option<Sp<RawPolicy>>,
-    #[serde(default)]
-    policies: BTreeMap<Sp<String>, Sp<RawPolicy>>,
-}
-
-fn merge_section<T: Clone>(
-    own: &Option<Sp<T>>,
-    base: &Option<Sp<T>>,
-    merge: impl Fn(&T, &T) -> T,
-) -> Option<Sp<T>> {
-    match (own, base) {
-        (Some(o), Some(b)) => Some(Spanned::new(o.span(), merge(o.get_ref(), b.get_ref()))),
-        (Some(o), None) => Some(o.clone()),
-        (None, Some(b)) => Some(b.clone()),
-        (None, None) => None,
-    }
-}
-
-impl RawPolicy {
-    /// `self` with what it leaves out taken from `base` (section by section, field by
-    /// field). Routes are the policy's own.
-    pub(crate) fn merged(&self, base: &RawPolicy) -> RawPolicy {
-        RawPolicy {
-            slow_call_duration: self
-                .slow_call_duration
-                .clone()
-                .or(base.slow_call_duration.clone()),
-            count_throttling: self
-                .count_throttling
-                .clone()
-                .or(base.count_throttling.clone()),
-            failure_statuses: self
-                .failure_statuses
-                .clone()
-                .or(base.failure_statuses.clone()),
-            success_statuses: self
-                .success_statuses
-                .clone()
-                .or(base.success_statuses.clone()),
-            ignored_statuses: self
-                .ignored_statuses
-                .clone()
-                .or(base.ignored_statuses.clone()),
-            breaker: merge_section(&self.breaker, &base.breaker, RawBreaker::merged),
-            timeout: merge_section(&self.timeout, &base.timeout, RawTimeout::merged),
-            limit: merge_section(&self.limit, &base.limit, RawLimit::merged),
-            retry: merge_section(&self.retry, &base.retry, RawRetry::merged),
-            routes: self.routes.clone(),
-        }
-    }
-}
-
-/// How one route is classified and bounded (for display; the [`RouteTable`] holds the
-/// same settings for the layers).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteSpec {
-    /// The route key (`"default"` for the policy's default route).
-    pub key: String,
-    /// The slow-call threshold.
-    pub slow_call_duration: Option<Duration>,
-    /// The route's timeout (else the timeout section's default).
-    pub timeout: Option<Duration>,
-    /// Whether 429 / RESOURCE_EXHAUSTED count as failures.
-    pub count_throttling: bool,
-    /// Whether the retry layer may retry this route.
-    pub retry: bool,
-    /// Whether requests are safe to repeat whatever their method (`None`: by method).
-    pub idempotent: Option<bool>,
-    /// Statuses moved to failures.
-    pub failure_statuses: Vec<u16>,
-    /// Statuses moved to successes.
-    pub success_statuses: Vec<u16>,
-    /// Statuses moved to ignored.
-    pub ignored_statuses: Vec<u16>,
-}
-
-/// One dependency's effective settings, validated: what a drill wraps its client in and
-/// what a replay runs recorded calls through.
+/// One dependency's effective settings, validated by the facade: what a drill wraps its
+/// client in and what a replay runs recorded calls through.
 #[derive(Debug, Clone)]
 pub struct PolicySpec {
-    /// The policy's name (also the breaker's, the limit's and the retry budget's).
+    /// The policy's name.
     pub name: String,
     /// The routes: classifier, slow threshold, timeout, retry switch.
     pub routes: RouteTable<StandardClassifier>,
-    /// The routes as configured, default route first.
-    pub route_specs: Vec<RouteSpec>,
     /// The breaker, if the policy has one.
     pub breaker: Option<CircuitBreakerConfig>,
     /// The timeout, if any.
@@ -363,22 +146,98 @@ pub struct PolicySpec {
     pub limit: Option<ConcurrencyLimitConfig>,
     /// The retry budget, if any.
     pub retry: Option<RetryConfig>,
-    /// The breaker section as written, to rebuild it with overrides (replay seeds, sweeps).
-    pub(crate) raw_breaker: Option<RawBreaker>,
+    /// Whether the policy has a recovery ramp (drills do not apply it).
+    pub recovery_ramp: bool,
+    pub(crate) breaker_keys: Option<BreakerKeys>,
+}
+
+impl PolicySpec {
+    /// Whether the breaker is one per route (`breaker.key = "route"`).
+    pub fn breaker_per_route(&self) -> bool {
+        self.breaker_keys
+            .as_ref()
+            .is_some_and(|k| k.key.as_deref() == Some("route"))
+    }
+
+    /// The policy's breaker with `overrides` applied (and checked); `None` when the policy
+    /// has no breaker.
+    pub fn breaker_with(
+        &self,
+        overrides: &BreakerOverrides,
+    ) -> Option<Result<CircuitBreakerConfig, ConfigError>> {
+        let k = self.breaker_keys.as_ref()?;
+        let mut b = CircuitBreakerConfig::builder(k.name.clone().unwrap_or(self.name.clone()));
+        match overrides.window.or(k.window) {
+            Some(WindowConfig::Count { size }) => b = b.count_window(size),
+            Some(WindowConfig::Time { duration, buckets }) => b = b.time_window(duration, buckets),
+            None => {}
+        }
+        if let Some(x) = overrides.minimum_calls.or(k.minimum_calls) {
+            b = b.minimum_calls(x);
+        }
+        if let Some(x) = overrides
+            .failure_rate_threshold
+            .or(k.failure_rate_threshold)
+        {
+            b = b.failure_rate_threshold(x);
+        }
+        if let Some(x) = overrides
+            .slow_call_rate_threshold
+            .or(k.slow_call_rate_threshold)
+        {
+            b = b.slow_call_rate_threshold(x);
+        }
+        if let Some(x) = k.consecutive_failures {
+            b = b.consecutive_failures(x);
+        }
+        if let Some(x) = k.open_wait {
+            b = b.open_wait(x);
+        }
+        if let Some(x) = k.open_wait_jitter {
+            b = b.open_wait_jitter(x);
+        }
+        if k.open_wait_multiplier.is_some() || k.max_open_wait.is_some() {
+            let base = k.open_wait.unwrap_or(Duration::from_secs(30));
+            b = b.open_wait_growth(
+                k.open_wait_multiplier.unwrap_or(1.0),
+                k.max_open_wait
+                    .unwrap_or(Duration::from_secs(300).max(base)),
+            );
+        }
+        if let Some(x) = k.permitted_probes {
+            b = b.permitted_probes(x);
+        }
+        if let Some(x) = k.probe_successes {
+            b = b.probe_successes(x);
+        }
+        if let Some(x) = k.max_half_open_wait {
+            b = b.max_half_open_wait(x);
+        }
+        if let Some(x) = k.on_close {
+            b = b.on_close(x);
+        }
+        if let Some(x) = k.count_overloaded {
+            b = b.count_overloaded(x);
+        }
+        if let Some(x) = k.seed.or(overrides.default_seed) {
+            b = b.seed(x);
+        }
+        Some(b.build())
+    }
 }
 
 /// A loaded policy file.
 #[derive(Debug, Clone)]
-pub struct PolicyFile {
+pub struct Policies {
     /// Where it came from.
     pub file: String,
-    /// The policies, in name order.
+    /// The policies, in file order.
     pub policies: Vec<PolicySpec>,
-    /// Which policy serves routes no policy lists.
+    /// Which policy serves routes no policy lists (replay's `--default-policy`).
     pub default_policy: Option<usize>,
 }
 
-impl PolicyFile {
+impl Policies {
     /// The policy named `name`.
     pub fn get(&self, name: &str) -> Option<&PolicySpec> {
         self.policies.iter().find(|p| p.name == name)
@@ -411,510 +270,330 @@ impl PolicyFile {
             )),
         }
     }
+
+    /// Routes no policy lists go to `name`'s default route.
+    pub fn set_default_policy(&mut self, name: &str) -> Result<(), InputError> {
+        let i = self
+            .policies
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| {
+                InputError::new(format!(
+                    "--default-policy: {:?} has no policy named {name:?}",
+                    self.file
+                ))
+            })?;
+        self.default_policy = Some(i);
+        Ok(())
+    }
 }
 
-/// Reads and validates a policy file, reporting every problem.
-pub fn load_policy_file(src: &SourceFile) -> Result<PolicyFile, Vec<InputError>> {
-    let raw: RawFile = toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?;
+/// Whether `src` is YAML (by its name).
+fn is_yaml(src: &SourceFile) -> bool {
+    let name = src.name().to_ascii_lowercase();
+    name.ends_with(".yaml") || name.ends_with(".yml")
+}
+
+/// Reads and validates a policy file (TOML, or YAML by its extension), reporting every
+/// problem at its position.
+pub fn load_policy_file(src: &SourceFile) -> Result<Policies, Vec<InputError>> {
+    let yaml = is_yaml(src);
+    let tree: Value = if yaml {
+        serde_norway::from_str(src.text()).map_err(|e| {
+            let (line, col) = e
+                .location()
+                .map_or((1, 1), |l| (l.line() as u32, l.column() as u32));
+            vec![InputError::at(
+                src.name(),
+                line,
+                col,
+                format!("invalid YAML: {e}"),
+            )]
+        })?
+    } else {
+        toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?
+    };
+    let parsed = if yaml {
+        FacadeFile::from_yaml(src.text())
+    } else {
+        FacadeFile::from_toml(src.text())
+    };
+    let file = parsed.map_err(|e| locate_problems(src, &e, &[], &[]))?;
+    let mut policies = Vec::new();
     let mut errors = Vec::new();
-    let base = raw.defaults.as_ref().map(|d| d.get_ref().clone());
-    if let Some(d) = &raw.defaults
-        && !d.get_ref().routes.is_empty()
-    {
-        errors.push(src.error_at(
-            d.span(),
-            "defaults: routes belong to a policy, not to [defaults]",
-        ));
+    for name in file.policy_names() {
+        match spec_of(&file, &tree, name) {
+            Ok(p) => policies.push(p),
+            Err(e) => errors.extend(locate_problems(src, &e, &[], &[])),
+        }
     }
-    if raw.policies.is_empty() {
+    if policies.is_empty() && errors.is_empty() {
         errors.push(src.error("no policies: add a [policies.NAME] table"));
     }
-    let mut policies = Vec::new();
-    for (name, policy) in &raw.policies {
-        let merged = match &base {
-            Some(b) => policy.get_ref().merged(b),
-            None => policy.get_ref().clone(),
-        };
-        let spanned = Spanned::new(policy.span(), merged);
-        match build_policy(src, &format!("policies.{}", name.get_ref()), name, &spanned) {
-            Ok(p) => policies.push(p),
-            Err(mut e) => errors.append(&mut e),
-        }
-    }
-    let mut default_policy = None;
-    if let Some(d) = &raw.default_policy {
-        match raw.policies.keys().position(|k| k.get_ref() == d.get_ref()) {
-            Some(i) => default_policy = Some(i),
-            None => errors.push(src.error_at(
-                d.span(),
-                format!("default_policy: no policy named {:?}", d.get_ref()),
-            )),
-        }
-    }
     if errors.is_empty() {
-        // Route keys must not be listed by two policies: a call would not know its breaker.
-        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-        for (name, policy) in &raw.policies {
-            for key in policy.get_ref().routes.keys() {
-                if let Some(other) = seen.insert(key.get_ref().as_str(), name.get_ref().as_str()) {
-                    errors.push(src.error_at(
-                        key.span(),
-                        format!(
-                            "policies.{}.routes: {:?} is already served by policy {other:?}",
-                            name.get_ref(),
-                            key.get_ref()
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-    if errors.is_empty() {
-        Ok(PolicyFile {
+        Ok(Policies {
             file: src.name().to_owned(),
             policies,
-            default_policy,
+            default_policy: None,
         })
     } else {
         Err(errors)
     }
 }
 
-/// Validates one policy (already merged with its defaults) and builds its layer configs.
-/// `path` prefixes every problem (`policies.payments`, `policy`).
-pub(crate) fn build_policy(
-    src: &SourceFile,
-    path: &str,
-    name: &Sp<String>,
-    raw: &Sp<RawPolicy>,
-) -> Result<PolicySpec, Vec<InputError>> {
-    let mut errors = Vec::new();
-    let p = raw.get_ref();
-    let policy_name = name.get_ref().trim().to_owned();
-    if policy_name.is_empty() {
-        errors.push(src.error_at(name.span(), format!("{path}: a policy needs a name")));
-    }
+/// A fallback that is never called: policies read for drills and replays do not answer
+/// for the dependency, but a file may opt routes in to a fallback.
+fn placeholder_fallback() -> fusebox::Fallback {
+    fusebox::Fallback::new(|_| http::Response::new(bytes::Bytes::new())).all_routes()
+}
 
-    // Routes: the default route from the policy's own keys, then each listed route.
-    let default_spec = RouteSpec {
-        key: "default".into(),
-        slow_call_duration: p.slow_call_duration.as_ref().map(|d| d.get_ref().0),
-        timeout: None,
-        count_throttling: p.count_throttling.as_ref().is_some_and(|c| *c.get_ref()),
-        retry: true,
-        idempotent: None,
-        failure_statuses: list(&p.failure_statuses),
-        success_statuses: list(&p.success_statuses),
-        ignored_statuses: list(&p.ignored_statuses),
+fn spec_of(file: &FacadeFile, tree: &Value, name: &str) -> Result<PolicySpec, ConfigError> {
+    let policy = file
+        .policy(name)?
+        .fallback(placeholder_fallback())
+        .build()?;
+    let levels: Vec<&Value> = [
+        tree.get("policies").and_then(|p| p.get(name)),
+        tree.get("defaults"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let breaker_keys = read_breaker(&levels);
+    let mut spec = PolicySpec {
+        name: name.to_owned(),
+        routes: policy.routes().clone(),
+        breaker: None,
+        timeout: policy.timeout_config().cloned(),
+        limit: policy.limit_config().cloned(),
+        retry: policy.retry_config().cloned(),
+        recovery_ramp: policy.has_recovery_ramp(),
+        breaker_keys,
     };
-    check_statuses(
-        src,
-        path,
-        p.failure_statuses.as_ref(),
-        "failure_statuses",
-        &mut errors,
-    );
-    check_statuses(
-        src,
-        path,
-        p.success_statuses.as_ref(),
-        "success_statuses",
-        &mut errors,
-    );
-    check_statuses(
-        src,
-        path,
-        p.ignored_statuses.as_ref(),
-        "ignored_statuses",
-        &mut errors,
-    );
-    let mut specs = vec![default_spec.clone()];
-    let mut builder = RouteTable::builder(route_of(&default_spec));
-    for (key, r) in &p.routes {
-        let rr = r.get_ref();
-        let rpath = format!("{path}.routes.{:?}", key.get_ref());
-        for (field, value) in [
-            ("failure_statuses", &rr.failure_statuses),
-            ("success_statuses", &rr.success_statuses),
-            ("ignored_statuses", &rr.ignored_statuses),
-        ] {
-            check_statuses(src, &rpath, value.as_ref(), field, &mut errors);
-        }
-        let spec = RouteSpec {
-            key: key.get_ref().clone(),
-            slow_call_duration: rr
-                .slow_call_duration
-                .as_ref()
-                .map(|d| d.get_ref().0)
-                .or(default_spec.slow_call_duration),
-            timeout: rr.timeout.as_ref().map(|d| d.get_ref().0),
-            count_throttling: rr
-                .count_throttling
-                .as_ref()
-                .map_or(default_spec.count_throttling, |c| *c.get_ref()),
-            retry: rr.retry.as_ref().is_none_or(|c| *c.get_ref()),
-            idempotent: rr.idempotent.as_ref().map(|c| *c.get_ref()),
-            failure_statuses: rr.failure_statuses.as_ref().map_or_else(
-                || default_spec.failure_statuses.clone(),
-                |v| v.get_ref().clone(),
-            ),
-            success_statuses: rr.success_statuses.as_ref().map_or_else(
-                || default_spec.success_statuses.clone(),
-                |v| v.get_ref().clone(),
-            ),
-            ignored_statuses: rr.ignored_statuses.as_ref().map_or_else(
-                || default_spec.ignored_statuses.clone(),
-                |v| v.get_ref().clone(),
-            ),
-        };
-        builder = builder.route(key.get_ref().clone(), route_of(&spec));
-        specs.push(spec);
+    spec.breaker = spec
+        .breaker_with(&BreakerOverrides::default())
+        .transpose()?;
+    Ok(spec)
+}
+
+/// The breaker section of a policy, the most specific level first (the policy, then the
+/// defaults), key by key as the facade merges it.
+fn read_breaker(levels: &[&Value]) -> Option<BreakerKeys> {
+    let sections: Vec<&Value> = levels.iter().filter_map(|l| l.get("breaker")).collect();
+    if sections.is_empty() {
+        return None;
     }
-    let routes = match builder.build() {
-        Ok(t) => Some(t),
-        Err(e) => {
-            for problem in e.problems() {
-                let (span, field) = route_problem_span(raw, problem.path());
-                let shown = match field {
-                    Some(f) => format!("{path}.{f}"),
-                    None => format!("{path}.{}", problem.path()),
-                };
-                errors.push(src.error_at(span, format!("{shown}: {}", problem.rule())));
-            }
-            None
-        }
+    let get = |key: &str| sections.iter().find_map(|s| s.get(key));
+    if get("enabled").and_then(Value::as_bool) == Some(false) {
+        return None;
+    }
+    let u32_of = |key: &str| get(key).and_then(Value::as_u64).map(|v| v as u32);
+    let dur = |key: &str| {
+        get(key)
+            .and_then(Value::as_str)
+            .and_then(|s| parse_duration(s).ok())
     };
-
-    let breaker = p.breaker.as_ref().and_then(|b| {
-        let r = b.get_ref();
-        let cfg = breaker_config(&policy_name, r);
-        collect(src, &format!("{path}.breaker"), b, cfg, &mut errors, |f| {
-            let first = f.split('.').next().unwrap_or(f);
-            let field = match first {
-                "open_wait_multiplier" if r.open_wait_multiplier.is_none() => "max_open_wait",
-                other => other,
-            };
-            r.span_of(field)
-        })
-    });
-    let timeout = p.timeout.as_ref().and_then(|t| {
-        let r = t.get_ref();
-        let mut b = TimeoutConfig::builder();
-        if let Some(d) = &r.default_timeout {
-            b = b.default_timeout(d.get_ref().0);
-        }
-        if let Some(d) = &r.body_timeout {
-            b = b.body_timeout(d.get_ref().0);
-        }
-        collect(
-            src,
-            &format!("{path}.timeout"),
-            t,
-            b.build(),
-            &mut errors,
-            |f| r.span_of(f),
-        )
-    });
-    let limit = p.limit.as_ref().and_then(|l| {
-        let r = l.get_ref();
-        let mut b = ConcurrencyLimitConfig::builder().name(policy_name.clone());
-        match &r.max_concurrency {
-            Some(n) => b = b.max_concurrency(*n.get_ref()),
-            None => {
-                errors.push(src.error_at(
-                    l.span(),
-                    format!("{path}.limit.max_concurrency: required (the most calls in flight)"),
-                ));
-                return None;
-            }
-        }
-        if let Some(q) = &r.queue {
-            let q = q.get_ref();
-            b = b.queue(q.max_waiters, q.max_wait.0);
-        }
-        if let Some(d) = &r.retry_after {
-            b = b.retry_after(d.get_ref().0);
-        }
-        collect(
-            src,
-            &format!("{path}.limit"),
-            l,
-            b.build(),
-            &mut errors,
-            |f| r.span_of(f.split('.').next().unwrap_or(f)),
-        )
-    });
-    let retry = p.retry.as_ref().and_then(|t| {
-        let r = t.get_ref();
-        let mut b = RetryConfig::builder().name(policy_name.clone());
-        macro_rules! set {
-            ($($field:ident),*) => {$(
-                if let Some(v) = &r.$field {
-                    b = b.$field(v.get_ref().clone().into());
-                }
-            )*};
-        }
-        set!(
-            max_attempts,
-            retry_ratio,
-            min_retries_per_second,
-            cutoff_minimum_calls
-        );
-        if let Some(v) = &r.failure_rate_threshold {
-            b = b.failure_rate_threshold(Some(*v.get_ref()));
-        }
-        if let Some(v) = &r.ttl {
-            b = b.ttl(v.get_ref().0);
-        }
-        if let Some(v) = &r.base_delay {
-            b = b.base_delay(v.get_ref().0);
-        }
-        if let Some(v) = &r.max_delay {
-            b = b.max_delay(v.get_ref().0);
-        }
-        if let Some(v) = &r.max_retry_after {
-            b = b.max_retry_after(v.get_ref().0);
-        }
-        if let Some(v) = &r.seed {
-            b = b.seed(Some(*v.get_ref()));
-        }
-        collect(
-            src,
-            &format!("{path}.retry"),
-            t,
-            b.build(),
-            &mut errors,
-            |f| r.span_of(f),
-        )
-    });
-
-    match routes {
-        Some(routes) if errors.is_empty() => Ok(PolicySpec {
-            name: policy_name,
-            routes,
-            route_specs: specs,
-            breaker,
-            timeout,
-            limit,
-            retry,
-            raw_breaker: p.breaker.as_ref().map(|b| b.get_ref().clone()),
-        }),
-        _ => Err(errors),
-    }
-}
-
-fn list(v: &Option<Sp<Vec<u16>>>) -> Vec<u16> {
-    v.as_ref().map(|v| v.get_ref().clone()).unwrap_or_default()
-}
-
-fn check_statuses(
-    src: &SourceFile,
-    path: &str,
-    value: Option<&Sp<Vec<u16>>>,
-    field: &str,
-    errors: &mut Vec<InputError>,
-) {
-    if let Some(v) = value {
-        for code in v.get_ref() {
-            if !(100..=999).contains(code) {
-                errors.push(src.error_at(
-                    v.span(),
-                    format!("{path}.{field}: {code} is not an HTTP status (100..=999)"),
-                ));
-            }
-        }
-    }
-}
-
-/// The classify crate's route for a spec.
-fn route_of(spec: &RouteSpec) -> Route<StandardClassifier> {
-    let mut http = HttpClassifier::new().count_too_many_requests(spec.count_throttling);
-    for &c in &spec.failure_statuses {
-        http = http.failure(c);
-    }
-    for &c in &spec.success_statuses {
-        http = http.success(c);
-    }
-    for &c in &spec.ignored_statuses {
-        http = http.ignore(c);
-    }
-    let classifier = StandardClassifier::new()
-        .count_throttling(spec.count_throttling)
-        .http(http);
-    let mut route = Route::new(classifier).retry(spec.retry);
-    if let Some(d) = spec.slow_call_duration {
-        route = route.slow_call_duration(d);
-    }
-    if let Some(d) = spec.timeout {
-        route = route.timeout(d);
-    }
-    if let Some(i) = spec.idempotent {
-        route = route.idempotent(i);
-    }
-    route
-}
-
-/// Where a route table problem sits: `routes["KEY"].field` → that route's field.
-fn route_problem_span(raw: &Sp<RawPolicy>, problem: &str) -> (Range<usize>, Option<String>) {
-    let p = raw.get_ref();
-    if let Some(rest) = problem.strip_prefix("default_route") {
-        let field = rest.trim_start_matches('.');
-        let span = p
-            .slow_call_duration
-            .as_ref()
-            .filter(|_| field == "slow_call_duration")
-            .map(|d| d.span())
-            .unwrap_or_else(|| raw.span());
-        return (span, Some(field.to_owned()).filter(|f| !f.is_empty()));
-    }
-    for (key, r) in &p.routes {
-        let prefix = format!("routes[{:?}]", key.get_ref());
-        if let Some(rest) = problem.strip_prefix(&prefix) {
-            let field = rest.trim_start_matches('.');
-            let span = r.get_ref().span_of(field).unwrap_or_else(|| key.span());
-            let shown = if field.is_empty() {
-                format!("routes.{:?}", key.get_ref())
+    // count_window or time_window: the most specific level that sets either decides.
+    let window = sections
+        .iter()
+        .find(|s| s.get("count_window").is_some() || s.get("time_window").is_some())
+        .and_then(|s| {
+            if let Some(size) = s.get("count_window").and_then(Value::as_u64) {
+                Some(WindowConfig::Count { size: size as u32 })
             } else {
-                format!("routes.{:?}.{field}", key.get_ref())
-            };
-            return (span, Some(shown));
-        }
-    }
-    (raw.span(), None)
-}
-
-fn collect<T, R>(
-    src: &SourceFile,
-    path: &str,
-    section: &Sp<R>,
-    result: Result<T, ConfigError>,
-    errors: &mut Vec<InputError>,
-    span_of: impl Fn(&str) -> Option<Range<usize>>,
-) -> Option<T> {
-    match result {
-        Ok(t) => Some(t),
-        Err(e) => {
-            for problem in e.problems() {
-                let span = span_of(problem.path()).unwrap_or_else(|| section.span());
-                errors.push(src.error_at(
-                    span,
-                    format!("{path}.{}: {}", problem.path(), problem.rule()),
-                ));
+                let duration = s
+                    .get("time_window")
+                    .and_then(Value::as_str)
+                    .and_then(|d| parse_duration(d).ok())?;
+                Some(WindowConfig::Time {
+                    duration,
+                    buckets: u32_of("time_window_buckets").unwrap_or(10),
+                })
             }
-            None
-        }
-    }
-}
-
-/// Changes to a policy's breaker, for replays and sweeps.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BreakerOverrides {
-    /// `failure_rate_threshold`, percent.
-    pub failure_rate_threshold: Option<u32>,
-    /// `slow_call_rate_threshold`, percent.
-    pub slow_call_rate_threshold: Option<u32>,
-    /// `minimum_calls`.
-    pub minimum_calls: Option<u32>,
-    /// The window.
-    pub window: Option<WindowConfig>,
-    /// The jitter's seed, used when the file sets none.
-    pub default_seed: Option<u64>,
-}
-
-impl PolicySpec {
-    /// The policy's breaker with `overrides` applied (and checked); `None` when the policy
-    /// has no breaker.
-    pub fn breaker_with(
-        &self,
-        overrides: &BreakerOverrides,
-    ) -> Option<Result<CircuitBreakerConfig, ConfigError>> {
-        let raw = self.raw_breaker.as_ref()?;
-        let mut r = raw.clone();
-        let sp = |v| Some(Spanned::new(0..0, v));
-        if let Some(v) = overrides.failure_rate_threshold {
-            r.failure_rate_threshold = sp(v);
-        }
-        if let Some(v) = overrides.slow_call_rate_threshold {
-            r.slow_call_rate_threshold = sp(v);
-        }
-        if let Some(v) = overrides.minimum_calls {
-            r.minimum_calls = sp(v);
-        }
-        if let Some(w) = overrides.window {
-            r.window = Some(Spanned::new(
-                0..0,
-                match w {
-                    WindowConfig::Count { size } => RawWindow::Count { size },
-                    WindowConfig::Time { duration, buckets } => RawWindow::Time {
-                        duration: Dur(duration),
-                        buckets,
-                    },
-                },
-            ));
-        }
-        if r.seed.is_none()
-            && let Some(seed) = overrides.default_seed
-        {
-            r.seed = Some(Spanned::new(0..0, seed));
-        }
-        Some(breaker_config(&self.name, &r))
-    }
-}
-
-fn breaker_config(name: &str, r: &RawBreaker) -> Result<CircuitBreakerConfig, ConfigError> {
-    let mut b = CircuitBreakerConfig::builder(name);
-    if let Some(w) = &r.window {
-        b = match *w.get_ref() {
-            RawWindow::Count { size } => b.count_window(size),
-            RawWindow::Time { duration, buckets } => b.time_window(duration.0, buckets),
-        };
-    }
-    macro_rules! set {
-        ($($field:ident),*) => {$(
-            if let Some(v) = &r.$field {
-                b = b.$field(*v.get_ref());
-            }
-        )*};
-    }
-    set!(
-        minimum_calls,
-        failure_rate_threshold,
-        slow_call_rate_threshold,
-        consecutive_failures,
-        permitted_probes,
-        probe_successes,
-        count_overloaded,
-        seed
-    );
-    if let Some(v) = &r.open_wait {
-        b = b.open_wait(v.get_ref().0);
-    }
-    if let Some(v) = &r.open_wait_jitter {
-        b = b.open_wait_jitter(v.get_ref().0);
-    }
-    if r.open_wait_multiplier.is_some() || r.max_open_wait.is_some() {
-        let m = r
-            .open_wait_multiplier
-            .as_ref()
-            .map_or(1.0, |m| *m.get_ref());
-        let max = r
-            .max_open_wait
-            .as_ref()
-            .map_or(Duration::from_secs(300), |m| m.get_ref().0);
-        b = b.open_wait_growth(m, max);
-    }
-    if let Some(v) = &r.max_half_open_wait {
-        let d = v.get_ref().0;
-        // "0s" would be rejected by the builder: keep it so, with this field's name.
-        b = b.max_half_open_wait(Some(d));
-    }
-    if let Some(v) = &r.on_close {
-        b = b.on_close(match v.get_ref() {
-            RawOnClose::Clear => OnClose::Clear,
-            RawOnClose::Keep => OnClose::Keep,
         });
+    Some(BreakerKeys {
+        name: get("name").and_then(Value::as_str).map(str::to_owned),
+        window,
+        minimum_calls: u32_of("minimum_calls"),
+        failure_rate_threshold: u32_of("failure_rate_threshold"),
+        slow_call_rate_threshold: u32_of("slow_call_rate_threshold"),
+        consecutive_failures: u32_of("consecutive_failures"),
+        open_wait: dur("open_wait"),
+        open_wait_jitter: dur("open_wait_jitter"),
+        open_wait_multiplier: get("open_wait_multiplier").and_then(Value::as_f64),
+        max_open_wait: dur("max_open_wait"),
+        permitted_probes: u32_of("permitted_probes"),
+        probe_successes: u32_of("probe_successes"),
+        max_half_open_wait: get("max_half_open_wait")
+            .and_then(Value::as_str)
+            .map(|s| (s != "none").then(|| parse_duration(s).ok()).flatten()),
+        on_close: get("on_close").and_then(Value::as_str).map(|s| {
+            if s == "keep" {
+                OnClose::Keep
+            } else {
+                OnClose::Clear
+            }
+        }),
+        count_overloaded: get("count_overloaded").and_then(Value::as_bool),
+        seed: get("seed").and_then(Value::as_u64),
+        key: get("key").and_then(Value::as_str).map(str::to_owned),
+    })
+}
+
+/// Builds one policy from a table written inside another file (a scenario's `[policy]`):
+/// `table_path` is where that table sits in `src` (`["policy"]`), and problems are
+/// reported as `policy.breaker.minimum_calls` at their position in `src`.
+pub(crate) fn policy_from_table(
+    src: &SourceFile,
+    table_path: &[&str],
+    name: &str,
+    table: &toml::Table,
+) -> Result<PolicySpec, Vec<InputError>> {
+    let mut policies = toml::Table::new();
+    policies.insert(name.to_owned(), toml::Value::Table(table.clone()));
+    let mut root = toml::Table::new();
+    root.insert("policies".into(), toml::Value::Table(policies));
+    let text = toml::to_string(&root)
+        .map_err(|e| vec![src.error(format!("cannot re-read the policy: {e}"))])?;
+    let prefix = ["policies", name];
+    let file =
+        FacadeFile::from_toml(&text).map_err(|e| locate_problems(src, &e, &prefix, table_path))?;
+    let tree: Value = toml::from_str(&text)
+        .map_err(|e| vec![src.error(format!("cannot re-read the policy: {e}"))])?;
+    spec_of(&file, &tree, name).map_err(|e| locate_problems(src, &e, &prefix, table_path))
+}
+
+/// Splits a facade problem path (`policies.a.routes["GET /x.y"].timeout`) into segments.
+fn split_path(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("[\"") {
+            // A quoted key: up to the closing `"]`, with JSON escapes.
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in after.char_indices() {
+                match c {
+                    '\\' if !escaped => escaped = true,
+                    '"' if !escaped => {
+                        end = Some(i);
+                        break;
+                    }
+                    _ => escaped = false,
+                }
+            }
+            let Some(end) = end else {
+                out.push(after.to_owned());
+                break;
+            };
+            let raw = &after[..end];
+            out.push(
+                serde_json::from_str::<String>(&format!("\"{raw}\"")).unwrap_or(raw.to_owned()),
+            );
+            rest = after[end + 1..].trim_start_matches(']');
+            rest = rest.strip_prefix('.').unwrap_or(rest);
+            continue;
+        }
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        out.push(rest[..end].to_owned());
+        rest = &rest[end..];
+        rest = rest.strip_prefix('.').unwrap_or(rest);
     }
-    b.build()
+    out
+}
+
+/// Where a path of keys sits in a TOML source: the deepest key found (its value, for a
+/// leaf, unless `at_key`).
+fn toml_span(text: &str, segments: &[String], at_key: bool) -> Option<Range<usize>> {
+    use toml::de::{DeTable, DeValue};
+    let doc = DeTable::parse(text).ok()?;
+    let mut table: &DeTable<'_> = doc.get_ref();
+    let mut found = None;
+    for (i, seg) in segments.iter().enumerate() {
+        let Some((key, value)) = table.iter().find(|(k, _)| k.get_ref().as_ref() == seg) else {
+            break;
+        };
+        // A leaf's position is its value; a table's is its key.
+        found = Some(
+            if i + 1 == segments.len() && !at_key && !matches!(value.get_ref(), DeValue::Table(_)) {
+                value.span()
+            } else {
+                key.span()
+            },
+        );
+        match value.get_ref() {
+            DeValue::Table(t) => table = t,
+            _ => break,
+        }
+    }
+    found
+}
+
+/// Where a path of keys sits in a YAML source, by looking for each key in turn.
+fn yaml_offset(text: &str, segments: &[String]) -> Option<usize> {
+    let mut from = 0;
+    let mut found = None;
+    for seg in segments {
+        let candidates = [
+            format!("{seg}:"),
+            format!("\"{seg}\":"),
+            format!("'{seg}':"),
+        ];
+        let hit = candidates
+            .iter()
+            .filter_map(|c| text[from..].find(c.as_str()).map(|p| from + p))
+            .min();
+        match hit {
+            Some(p) => {
+                found = Some(p);
+                from = p + seg.len();
+            }
+            None => break,
+        }
+    }
+    found
+}
+
+/// The facade's problems, each at its position in `src`. Paths under `prefix` (the
+/// synthetic `policies.NAME` of a scenario's policy) are shown and looked up under
+/// `shown` instead.
+fn locate_problems(
+    src: &SourceFile,
+    e: &ConfigError,
+    prefix: &[&str],
+    shown: &[&str],
+) -> Vec<InputError> {
+    let yaml = is_yaml(src);
+    e.problems()
+        .iter()
+        .map(|p| {
+            let mut segments = split_path(p.path());
+            let mut path = p.path().to_owned();
+            if !prefix.is_empty()
+                && segments
+                    .iter()
+                    .map(String::as_str)
+                    .take(prefix.len())
+                    .eq(prefix.iter().copied())
+            {
+                let rest: Vec<String> = segments.split_off(prefix.len());
+                let tail = p.path()[prefix.join(".").len()..].to_owned();
+                path = format!("{}{tail}", shown.join("."));
+                segments = shown.iter().map(|s| (*s).to_owned()).chain(rest).collect();
+            }
+            let offset = if yaml {
+                yaml_offset(src.text(), &segments)
+            } else {
+                toml_span(src.text(), &segments, p.rule().starts_with("unknown key"))
+                    .map(|r| r.start)
+            };
+            let reason = format!("{path}: {}", p.rule());
+            match offset {
+                Some(o) => src.error_at(o..o, reason),
+                None => src.error(reason),
+            }
+        })
+        .collect()
 }
 
 // === display ===
@@ -933,7 +612,13 @@ pub fn describe_policy(p: &PolicySpec) -> String {
             };
             let _ = writeln!(
                 s,
-                "  breaker   window {window}, minimum_calls {}, failure_rate_threshold {} %, slow_call_rate_threshold {} %",
+                "  breaker   {:?}{}: window {window}, minimum_calls {}, failure_rate_threshold {} %, slow_call_rate_threshold {} %",
+                b.name(),
+                if p.breaker_per_route() {
+                    " (one per route)"
+                } else {
+                    ""
+                },
                 b.minimum_calls(),
                 b.failure_rate_threshold(),
                 b.slow_call_rate_threshold()
@@ -975,7 +660,8 @@ pub fn describe_policy(p: &PolicySpec) -> String {
         Some(l) => {
             let limit = match l.limit() {
                 Limit::Fixed(n) => format!("max_concurrency {n}"),
-                other => format!("{other:?}"),
+                Limit::Aimd(_) => "adaptive limit (AIMD)".to_owned(),
+                Limit::Vegas(_) => "adaptive limit (Vegas)".to_owned(),
             };
             let queue = l.queue().map_or_else(
                 || "no queue (fail fast)".to_owned(),
@@ -1012,41 +698,39 @@ pub fn describe_policy(p: &PolicySpec) -> String {
             let _ = writeln!(s, "  retry     none");
         }
     }
-    for r in &p.route_specs {
+    if p.recovery_ramp {
+        let _ = writeln!(s, "  ramp      a recovery ramp after the breaker closes");
+    }
+    for (id, name, route) in p.routes.iter() {
         let mut parts = Vec::new();
         parts.push(format!(
             "slow at {}",
-            r.slow_call_duration
+            route
+                .slow_call_threshold()
                 .map_or_else(|| "never".to_owned(), fmt_duration)
         ));
-        if let Some(t) = r.timeout {
+        if let Some(t) = route.timeout_duration() {
             parts.push(format!("timeout {}", fmt_duration(t)));
         }
+        let too_many = http::StatusCode::TOO_MANY_REQUESTS;
+        let counts_429 =
+            route.classifier().http_rules().outcome(too_many) == fusebox_classify::Outcome::Failure;
         parts.push(format!(
             "429 {}",
-            if r.count_throttling {
-                "counts"
-            } else {
-                "ignored"
-            }
+            if counts_429 { "counts" } else { "ignored" }
         ));
-        if !r.retry {
+        if !route.retry_enabled() {
             parts.push("no retries".into());
         }
-        if let Some(i) = r.idempotent {
+        if let Some(i) = route.idempotent_override() {
             parts.push(format!("idempotent {i}"));
         }
-        for (label, v) in [
-            ("failures", &r.failure_statuses),
-            ("successes", &r.success_statuses),
-            ("ignored", &r.ignored_statuses),
-        ] {
-            if !v.is_empty() {
-                let codes: Vec<String> = v.iter().map(u16::to_string).collect();
-                parts.push(format!("{label} +{}", codes.join(",")));
-            }
-        }
-        let _ = writeln!(s, "  route     {:<24} {}", r.key, parts.join(", "));
+        let label = if id == RouteId::DEFAULT {
+            "(default)"
+        } else {
+            name
+        };
+        let _ = writeln!(s, "  route     {label:<24} {}", parts.join(", "));
     }
     s
 }
@@ -1055,8 +739,8 @@ pub fn describe_policy(p: &PolicySpec) -> String {
 mod tests {
     use super::*;
 
-    fn load(text: &str) -> Result<PolicyFile, Vec<String>> {
-        load_policy_file(&SourceFile::new("p.toml", text))
+    fn load(name: &str, text: &str) -> Result<Policies, Vec<String>> {
+        load_policy_file(&SourceFile::new(name, text))
             .map_err(|e| e.iter().map(ToString::to_string).collect())
     }
 
@@ -1076,17 +760,27 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_inherited_and_overridden() {
+    fn paths_split() {
+        assert_eq!(
+            split_path("policies.a.routes[\"GET /x.y\"].timeout"),
+            ["policies", "a", "routes", "GET /x.y", "timeout"]
+        );
+        assert_eq!(split_path("defaults.breaker"), ["defaults", "breaker"]);
+    }
+
+    #[test]
+    fn defaults_are_inherited_and_breakers_rebuilt() {
         let f = load(
+            "p.toml",
             r#"
-[defaults]
-slow_call_duration = "500ms"
 [defaults.breaker]
+count_window = 40
 minimum_calls = 10
 failure_rate_threshold = 40
 [policies.a.breaker]
 failure_rate_threshold = 60
-[policies.b]
+time_window = "30s"
+[policies.b.default_route]
 slow_call_duration = "1s"
 [policies.b.routes."GET /x"]
 timeout = "2s"
@@ -1095,62 +789,88 @@ timeout = "2s"
         .unwrap();
         let a = f.get("a").unwrap().breaker.clone().unwrap();
         assert_eq!((a.minimum_calls(), a.failure_rate_threshold()), (10, 60));
-        let b = f.get("b").unwrap();
-        assert_eq!(b.breaker.as_ref().unwrap().failure_rate_threshold(), 40);
-        assert_eq!(b.route_specs[1].key, "GET /x");
         assert_eq!(
-            b.route_specs[1].slow_call_duration,
-            Some(Duration::from_secs(1))
+            a.window(),
+            WindowConfig::Time {
+                duration: Duration::from_secs(30),
+                buckets: 10
+            }
         );
-        assert_eq!(b.route_specs[1].timeout, Some(Duration::from_secs(2)));
-        assert!(b.timeout.is_none());
+        let b = f.get("b").unwrap();
+        let bb = b.breaker.as_ref().unwrap();
+        assert_eq!(
+            (bb.failure_rate_threshold(), bb.window()),
+            (40, WindowConfig::Count { size: 40 })
+        );
+        assert!(f.get("a").unwrap().timeout.is_none());
+        assert!(
+            b.timeout.is_some(),
+            "a route's timeout needs the timeout layer"
+        );
+        let over = b
+            .breaker_with(&BreakerOverrides {
+                minimum_calls: Some(5),
+                window: Some(WindowConfig::Count { size: 8 }),
+                ..BreakerOverrides::default()
+            })
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (over.minimum_calls(), over.window()),
+            (5, WindowConfig::Count { size: 8 })
+        );
+        let text = describe_policy(b);
+        assert!(text.contains("route     GET /x"), "{text}");
+        assert!(text.contains("timeout 2s"), "{text}");
     }
 
     #[test]
     fn every_problem_is_reported_with_its_line_and_path() {
         let errors = load(
+            "p.toml",
             r#"[policies.a.breaker]
 failure_rate_threshold = 150
-minimum_calls = 0
+minimum_cals = 0
 [policies.a.limit]
 max_concurrency = 0
-[policies.a.routes."G@T /x"]
-timeout = "1s"
+[policies.a.routes."GET /x"]
+timeout = "0s"
 "#,
+        )
+        .unwrap_err();
+        for expected in [
+            "p.toml:3:1: policies.a.breaker.minimum_cals: unknown key",
+            "p.toml:2:26: policies.a.breaker.failure_rate_threshold: must be within 1..=100, got 150",
+            "p.toml:5:19: policies.a.limit.max_concurrency: must be at least 1, got 0",
+            "p.toml:7:11: policies.a.routes[\"GET /x\"].timeout: must be greater than zero",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(expected)),
+                "{expected}\nnot in {errors:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_yaml_are_located() {
+        let errors = load("p.toml", "[policies.a\n").unwrap_err();
+        assert!(errors[0].starts_with("p.toml:1:"), "{errors:?}");
+        let errors = load("p.toml", "").unwrap_err();
+        assert_eq!(errors, ["p.toml: no policies: add a [policies.NAME] table"]);
+        let f = load(
+            "p.yaml",
+            "policies:\n  a:\n    breaker:\n      minimum_calls: 5\n",
+        )
+        .unwrap();
+        assert_eq!(f.policies[0].breaker.as_ref().unwrap().minimum_calls(), 5);
+        let errors = load(
+            "p.yaml",
+            "policies:\n  a:\n    breaker:\n      minimum_calls: 0\n",
         )
         .unwrap_err();
         assert_eq!(
             errors,
-            [
-                "p.toml:6:20: policies.a.routes.\"G@T /x\": `G@T` is not an HTTP method",
-                "p.toml:3:17: policies.a.breaker.minimum_calls: must be at least 1, got 0",
-                "p.toml:2:26: policies.a.breaker.failure_rate_threshold: must be within 1..=100, got 150",
-                "p.toml:5:19: policies.a.limit.max_concurrency: must be at least 1, got 0",
-            ],
-            "{errors:#?}"
-        );
-    }
-
-    #[test]
-    fn syntax_and_unknown_keys_are_located() {
-        let errors = load("[policies.a.breaker]\nfailure_rate = 50\n").unwrap_err();
-        assert!(
-            errors[0].starts_with("p.toml:2:1: unknown field `failure_rate`"),
-            "{errors:?}"
-        );
-        let errors = load("[policies.a]\nslow_call_duration = \"5 sex\"\n").unwrap_err();
-        assert!(
-            errors[0].starts_with("p.toml:2:22: invalid duration"),
-            "{errors:?}"
-        );
-        let errors = load("[policies.a\n").unwrap_err();
-        assert!(errors[0].starts_with("p.toml:1:"), "{errors:?}");
-        let errors = load("").unwrap_err();
-        assert_eq!(errors, ["p.toml: no policies: add a [policies.NAME] table"]);
-        let errors = load("default_policy = \"b\"\n[policies.a]\n").unwrap_err();
-        assert_eq!(
-            errors,
-            ["p.toml:1:18: default_policy: no policy named \"b\""]
+            ["p.yaml:4:7: policies.a.breaker.minimum_calls: must be at least 1, got 0"]
         );
     }
 }

@@ -24,11 +24,12 @@
 //!
 //! let policies = load_policy_file(&SourceFile::new("policies.toml", r#"
 //!     [policies.api.breaker]
-//!     window = { kind = "count", size = 10 }
+//!     count_window = 10
 //!     minimum_calls = 4
 //!     open_wait = "10s"
 //!     open_wait_jitter = "0s"
 //!     [policies.api.routes."GET /a"]
+//!     timeout = "1s"
 //! "#)).map_err(|e| format!("{e:?}"))?;
 //! let calls = "0,GET /a,503,5\n1,GET /a,503,5\n2,GET /a,503,5\n3,GET /a,503,5\n4,GET /a,200,5\n";
 //! let report = replay(&policies, "calls.csv", calls.as_bytes(), &ReplayOptions::default())?;

@@ -16,9 +16,10 @@
 //! method = "GET"
 //! path = "/orders/42"
 //!
-//! [policy]                       # the client's policy: the keys of a [policies.NAME]
-//! slow_call_duration = "500ms"   # table of a policy file (see `fusebox check`)
+//! [policy.default_route]         # the client's policy: the keys of a policy file's
+//! slow_call_duration = "500ms"   # [policies.NAME] table (see `fusebox check`)
 //! [policy.breaker]
+//! count_window = 50
 //! minimum_calls = 20
 //! failure_rate_threshold = 50
 //! slow_call_rate_threshold = 50
@@ -68,7 +69,7 @@
 //! the dependency handled at once: no stampede). With several replicas, each replica's
 //! breaker is checked.
 
-use crate::config::{Dur, PolicySpec, RawPolicy, build_policy, fmt_duration};
+use crate::config::{Dur, PolicySpec, fmt_duration, policy_from_table};
 use crate::input::{InputError, SourceFile};
 use serde::Deserialize;
 use std::time::Duration;
@@ -310,7 +311,7 @@ struct RawScenario {
     description: Option<String>,
     seed: Option<u64>,
     traffic: Sp<RawTraffic>,
-    policy: Option<Sp<RawPolicy>>,
+    policy: Option<Sp<toml::Table>>,
     phases: Sp<Vec<Sp<RawPhase>>>,
     #[serde(default)]
     expect: Option<Sp<RawExpect>>,
@@ -459,16 +460,13 @@ pub fn load_scenario(
     let policy = match policy {
         Some(p) => Some(p),
         None => match &raw.policy {
-            Some(p) => {
-                let pname = Spanned::new(p.span(), name.clone());
-                match build_policy(src, "policy", &pname, p) {
-                    Ok(p) => Some(p),
-                    Err(mut e) => {
-                        errors.append(&mut e);
-                        None
-                    }
+            Some(p) => match policy_from_table(src, &["policy"], &name, p.get_ref()) {
+                Ok(p) => Some(p),
+                Err(mut e) => {
+                    errors.append(&mut e);
+                    None
                 }
-            }
+            },
             None => {
                 errors.push(src.error(
                     "no [policy]: add one (the keys of a policy file's [policies.NAME]) or pass --config",

@@ -506,20 +506,16 @@ pub fn build(
     }
 
     let cfg = scenario.policy.breaker.as_ref();
+    // The route the drill's traffic takes.
+    let table = &scenario.policy.routes;
+    let path = scenario.traffic.path.split('?').next().unwrap_or("/");
+    let route = table.route(table.resolve_path(&scenario.traffic.method, path));
     let thresholds = Thresholds {
         failure_rate: cfg.map_or(50, |c| c.failure_rate_threshold()),
         slow_rate: cfg.map_or(100, |c| c.slow_call_rate_threshold()),
-        slow_call_ms: scenario
-            .policy
-            .route_specs
-            .first()
-            .and_then(|r| r.slow_call_duration)
-            .map(|d| d.as_secs_f64() * 1e3),
-        timeout_ms: scenario
-            .policy
-            .route_specs
-            .first()
-            .and_then(|r| r.timeout)
+        slow_call_ms: route.slow_call_threshold().map(|d| d.as_secs_f64() * 1e3),
+        timeout_ms: route
+            .timeout_duration()
             .or_else(|| {
                 scenario
                     .policy

@@ -1,10 +1,13 @@
 //! The drill client's middleware, composed from a policy — the one place that knows how.
 //!
-//! The layers go in the order a fusebox `Policy` uses (DESIGN.md): retry budget
-//! (outermost) → circuit breaker → concurrency limit → timeout (innermost) → hyper-util
-//! client, each present when the policy has it. Until the `fusebox` facade's `Policy`
-//! lands, this module stacks the layer crates itself with `tower` combinators; switching
-//! to `fusebox::Policy` changes only [`build`].
+//! The layers go in the order `fusebox::Policy` uses: retry budget (outermost) → circuit
+//! breaker → concurrency limit → body timeout → timeout (innermost) → hyper-util client,
+//! each present when the policy has it, configured from the policy the facade read. The
+//! drill stacks the layer crates itself rather than building a `fusebox::Policy` for two
+//! reasons: a `Policy` keeps its breaker in memory, and `--store redis://` needs the
+//! breaker on fusebox-redis's store; and the drill taps the calls between the layers
+//! (below). A policy's recovery ramp and fallbacks are not part of the drill. Everything
+//! that knows the composition is in [`build`].
 //!
 //! Three taps record, in one ordered log shared with the breaker's transitions, every
 //! call that reaches the breaker (an attempt: retries count), every call the breaker
@@ -20,7 +23,7 @@ use fusebox_classify::StandardClassifier;
 use fusebox_limit::{ConcurrencyLimitLayer, LimitHandle};
 use fusebox_redis::OnRedis;
 use fusebox_retry::{ReplayBody, RetryBudgetLayer};
-use fusebox_timeout::TimeoutLayer;
+use fusebox_timeout::{BodyTimeoutLayer, TimeoutLayer};
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -161,6 +164,10 @@ where
     if let Some(t) = &policy.timeout {
         let layer = TimeoutLayer::new(policy.routes.clone(), t.clone());
         svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
+        if t.body_timeout().is_some() {
+            let body = BodyTimeoutLayer::new(policy.routes.clone(), t);
+            svc = BoxCloneService::new(body.layer(svc).map_response(boxed));
+        }
     }
     svc = tapped(svc, tap, Tap::Sent);
     let mut limit = None;

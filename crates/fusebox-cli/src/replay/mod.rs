@@ -20,7 +20,7 @@
 pub mod calls;
 pub mod sweep;
 
-use crate::config::{BreakerOverrides, PolicyFile, PolicySpec, fmt_duration};
+use crate::config::{BreakerOverrides, Policies, PolicySpec, fmt_duration};
 use crate::input::InputError;
 use calls::{CallReader, ERROR_BASE, ERROR_KINDS, Format, GRPC_BASE, RESULT_CODES, TimeStyle};
 use fusebox_breaker::sim::{Recorded, Simulator};
@@ -44,6 +44,8 @@ const IGNORED: u8 = 2;
 #[derive(Debug, Clone)]
 struct Class {
     breaker: Option<u16>,
+    policy: usize,
+    label: String,
     outcomes: Box<[u8]>,
     slow_ns: u64,
 }
@@ -54,10 +56,12 @@ struct Class {
 /// routes seen so far; only a route never seen goes through the route tables.
 #[derive(Debug)]
 pub struct Resolver<'p> {
-    policies: &'p PolicyFile,
-    /// Policy index → breaker index (policies without a breaker have none).
-    breaker_of: Vec<Option<u16>>,
-    /// Policies with a breaker in the run (a sweep runs one).
+    policies: &'p Policies,
+    /// Breakers are given out as classes appear: one per policy, or one per route of a
+    /// policy whose breaker is keyed by route.
+    breaker_of_policy: Vec<Option<u16>>,
+    next_breaker: u16,
+    /// Only this policy's routes run (a sweep runs one).
     only: Option<usize>,
     classes: Vec<Class>,
     class_of: HashMap<(usize, RouteId), u32>,
@@ -75,25 +79,14 @@ impl<'p> Resolver<'p> {
     /// A resolver for `policies`; with `only`, routes of other policies are skipped.
     /// `slow_override` replaces every route's slow-call threshold.
     pub fn new(
-        policies: &'p PolicyFile,
+        policies: &'p Policies,
         only: Option<usize>,
         slow_override: Option<Duration>,
     ) -> Self {
-        let mut next = 0u16;
-        let breaker_of = policies
-            .policies
-            .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                (p.raw_breaker.is_some() && only.is_none_or(|o| o == i)).then(|| {
-                    next += 1;
-                    next - 1
-                })
-            })
-            .collect();
         Resolver {
             policies,
-            breaker_of,
+            breaker_of_policy: vec![None; policies.policies.len()],
+            next_breaker: 0,
             only,
             classes: Vec::new(),
             class_of: HashMap::new(),
@@ -103,17 +96,6 @@ impl<'p> Resolver<'p> {
             last_class: SKIP,
             slow_override: slow_override.map(fusebox_classify::clock::duration_nanos),
         }
-    }
-
-    /// The policies that have a breaker in this run, in breaker order.
-    pub fn breaker_policies(&self) -> Vec<&'p PolicySpec> {
-        self.policies
-            .policies
-            .iter()
-            .zip(&self.breaker_of)
-            .filter(|(_, b)| b.is_some())
-            .map(|(p, _)| p)
-            .collect()
     }
 
     #[inline]
@@ -147,8 +129,9 @@ impl<'p> Resolver<'p> {
         let text = std::str::from_utf8(route)
             .map_err(|_| "the route is not UTF-8".to_owned())?
             .trim();
+        let policies = self.policies;
         // A key exactly as a policy lists it.
-        for (pi, p) in self.policies.policies.iter().enumerate() {
+        for (pi, p) in policies.policies.iter().enumerate() {
             if let Some((id, _, _)) = p.routes.iter().skip(1).find(|(_, name, _)| *name == text) {
                 return Ok(self.class(pi, id));
             }
@@ -161,7 +144,7 @@ impl<'p> Resolver<'p> {
         if let Some(method) = method
             && path.starts_with('/')
         {
-            for (pi, p) in self.policies.policies.iter().enumerate() {
+            for (pi, p) in policies.policies.iter().enumerate() {
                 let id = p.routes.resolve_path(&method, path);
                 if id != RouteId::DEFAULT {
                     return Ok(self.class(pi, id));
@@ -178,7 +161,7 @@ impl<'p> Resolver<'p> {
             .map(|p| p.name.as_str())
             .collect();
         Err(format!(
-            "unknown route {text:?}: no policy lists it (policies: {}); add it to a policy's routes or set default_policy",
+            "unknown route {text:?}: no policy lists it (policies: {}); add it to a policy's routes or pass --default-policy NAME",
             names.join(", ")
         ))
     }
@@ -192,6 +175,25 @@ impl<'p> Resolver<'p> {
         }
         let p = &self.policies.policies[policy];
         let route = p.routes.route(id);
+        let (breaker, label) = if p.breaker.is_none() {
+            (None, p.name.clone())
+        } else if p.breaker_per_route() {
+            self.next_breaker += 1;
+            (
+                Some(self.next_breaker - 1),
+                format!("{}/{}", p.name, p.routes.name(id)),
+            )
+        } else {
+            let b = match self.breaker_of_policy[policy] {
+                Some(b) => b,
+                None => {
+                    self.next_breaker += 1;
+                    self.breaker_of_policy[policy] = Some(self.next_breaker - 1);
+                    self.next_breaker - 1
+                }
+            };
+            (Some(b), p.name.clone())
+        };
         let classifier = route.classifier();
         let mut outcomes = vec![IGNORED; RESULT_CODES].into_boxed_slice();
         let code = |o: Outcome| match o {
@@ -218,7 +220,9 @@ impl<'p> Resolver<'p> {
         });
         let c = self.classes.len() as u32;
         self.classes.push(Class {
-            breaker: self.breaker_of[policy],
+            breaker,
+            policy,
+            label,
             outcomes,
             slow_ns,
         });
@@ -531,20 +535,23 @@ pub struct ReplayReport {
 /// Runs calls through every breaker of `policies`.
 pub(crate) struct Engine<'p> {
     resolver: Resolver<'p>,
+    /// Per policy: its breaker's config with the run's overrides, and how it reads.
+    configs: Vec<Option<(CircuitBreakerConfig, String)>>,
     runs: Vec<BreakerRun>,
-    settings: Vec<(String, String)>,
+    names: Vec<(String, String)>,
     t0: Option<u64>,
     last_at: u64,
     end: u64,
     calls: u64,
     unprotected: u64,
     incident_abs: Option<(u64, u64)>,
+    incident: Option<(u64, u64)>,
     flap_window: u64,
 }
 
 impl<'p> Engine<'p> {
     pub(crate) fn new(
-        policies: &'p PolicyFile,
+        policies: &'p Policies,
         only: Option<usize>,
         overrides: &BreakerOverrides,
         slow_override: Option<Duration>,
@@ -552,39 +559,70 @@ impl<'p> Engine<'p> {
         incident: Option<(u64, u64)>,
     ) -> Result<Self, InputError> {
         let resolver = Resolver::new(policies, only, slow_override);
-        let mut runs = Vec::new();
-        let mut settings = Vec::new();
         let overrides = BreakerOverrides {
             default_seed: Some(options.seed),
             ..*overrides
         };
-        let flap_window = fusebox_classify::clock::duration_nanos(options.flap_window);
-        for p in resolver.breaker_policies() {
-            let config = match p.breaker_with(&overrides) {
-                Some(Ok(c)) => c,
+        let mut configs = Vec::with_capacity(policies.policies.len());
+        for (i, p) in policies.policies.iter().enumerate() {
+            if only.is_some_and(|o| o != i) {
+                configs.push(None);
+                continue;
+            }
+            configs.push(match p.breaker_with(&overrides) {
+                Some(Ok(c)) => {
+                    let settings = describe_breaker(&c, p, slow_override);
+                    Some((c, settings))
+                }
                 Some(Err(e)) => {
+                    let problems: Vec<String> =
+                        e.problems().iter().map(ToString::to_string).collect();
                     return Err(InputError::new(format!(
-                        "policy {:?}: the breaker with these settings is invalid: {e}",
-                        p.name
+                        "policy {:?}: the breaker with these settings is invalid: {}",
+                        p.name,
+                        problems.join("; ")
                     )));
                 }
-                None => continue,
-            };
-            settings.push((p.name.clone(), describe_breaker(&config, p, slow_override)));
-            runs.push(BreakerRun::new(config, flap_window, None));
+                None => None,
+            });
         }
         Ok(Engine {
             resolver,
-            runs,
-            settings,
+            configs,
+            runs: Vec::new(),
+            names: Vec::new(),
             t0: None,
             last_at: 0,
             end: 0,
             calls: 0,
             unprotected: 0,
             incident_abs: incident,
-            flap_window,
+            incident: None,
+            flap_window: fusebox_classify::clock::duration_nanos(options.flap_window),
         })
+    }
+
+    /// Starts the breakers up to index `b` (in class order, as they first appear).
+    #[cold]
+    fn grow(&mut self, b: usize) {
+        while self.runs.len() <= b {
+            let index = self.runs.len() as u16;
+            let Some(class) = self
+                .resolver
+                .classes
+                .iter()
+                .find(|c| c.breaker == Some(index))
+            else {
+                return;
+            };
+            let Some((config, settings)) = self.configs[class.policy].clone() else {
+                return;
+            };
+            let mut run = BreakerRun::new(config, self.flap_window, self.incident);
+            run.t0 = self.t0.unwrap_or_default();
+            self.names.push((class.label.clone(), settings));
+            self.runs.push(run);
+        }
     }
 
     /// Feeds one call (absolute timestamps). Errors are the route's.
@@ -628,20 +666,21 @@ impl<'p> Engine<'p> {
         if done > self.end {
             self.end = done;
         }
-        self.runs[usize::from(b)].call(rel, verdict, slow, latency);
+        let b = usize::from(b);
+        if b >= self.runs.len() {
+            self.grow(b);
+        }
+        if let Some(run) = self.runs.get_mut(b) {
+            run.call(rel, verdict, slow, latency);
+        }
     }
 
     #[cold]
     fn start(&mut self, at: u64) -> u64 {
         self.t0 = Some(at);
-        let incident = self
+        self.incident = self
             .incident_abs
             .map(|(s, e)| (s.saturating_sub(at), e.saturating_sub(at)));
-        for r in &mut self.runs {
-            r.t0 = at;
-            r.incident = incident;
-            r.flap_window = self.flap_window;
-        }
         at
     }
 
@@ -649,7 +688,7 @@ impl<'p> Engine<'p> {
         let end = self.end.max(self.last_at);
         let t0 = self.t0.unwrap_or_default();
         let mut breakers = Vec::new();
-        for (run, (name, settings)) in self.runs.iter_mut().zip(self.settings) {
+        for (run, (name, settings)) in self.runs.iter_mut().zip(self.names) {
             run.finish(end);
             breakers.push(BreakerReport {
                 name,
@@ -682,7 +721,7 @@ pub(crate) struct Resolved {
 /// Replays the calls in `data` (the contents of `file`) through every breaker of
 /// `policies`.
 pub fn replay(
-    policies: &PolicyFile,
+    policies: &Policies,
     file: &str,
     data: &[u8],
     options: &ReplayOptions,
@@ -721,9 +760,9 @@ fn describe_breaker(
         Some(d) => fmt_duration(d),
         None => {
             let mut t: Vec<String> = p
-                .route_specs
+                .routes
                 .iter()
-                .filter_map(|r| r.slow_call_duration)
+                .filter_map(|(_, _, r)| r.slow_call_threshold())
                 .map(fmt_duration)
                 .collect();
             t.dedup();
@@ -895,22 +934,23 @@ mod tests {
     use crate::config::load_policy_file;
     use crate::input::SourceFile;
 
-    fn policies(text: &str) -> PolicyFile {
+    fn policies(text: &str) -> Policies {
         load_policy_file(&SourceFile::new("p.toml", text)).unwrap()
     }
 
     const POLICY: &str = r#"
-[policies.api]
+[policies.api.default_route]
+slow_call_duration = "100ms"
+[policies.api.routes."GET /a"]
 slow_call_duration = "100ms"
 [policies.api.breaker]
-window = { kind = "count", size = 10 }
+count_window = 10
 minimum_calls = 4
 failure_rate_threshold = 50
 slow_call_rate_threshold = 100
 open_wait = "10s"
 open_wait_jitter = "0s"
 permitted_probes = 2
-[policies.api.routes."GET /a"]
 "#;
 
     #[test]

@@ -13,7 +13,7 @@
 
 use super::calls::{CallReader, Format, TimeStyle};
 use super::{Engine, ReplayOptions, Resolved, Resolver, format_time, thousands};
-use crate::config::{BreakerOverrides, PolicyFile, fmt_duration, parse_duration};
+use crate::config::{BreakerOverrides, Policies, fmt_duration, parse_duration};
 use crate::input::InputError;
 use fusebox_breaker::WindowConfig;
 use serde::Serialize;
@@ -203,7 +203,7 @@ pub struct SweepReport {
 
 /// Sweeps the grid over the calls in `data`.
 pub fn sweep(
-    policies: &PolicyFile,
+    policies: &Policies,
     file: &str,
     data: &[u8],
     options: &SweepOptions,
@@ -212,7 +212,7 @@ pub fn sweep(
         .policies
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.raw_breaker.is_some())
+        .filter(|(_, p)| p.breaker.is_some())
         .map(|(i, _)| i)
         .collect();
     let index = match &options.policy {
@@ -224,7 +224,7 @@ pub fn sweep(
                 .ok_or_else(|| {
                     InputError::in_file(&policies.file, format!("no policy named {name:?}"))
                 })?;
-            if policies.policies[i].raw_breaker.is_none() {
+            if policies.policies[i].breaker.is_none() {
                 return Err(InputError::in_file(
                     &policies.file,
                     format!("policy {name:?} has no [breaker] to sweep"),
@@ -379,7 +379,7 @@ pub fn sweep(
 
 #[allow(clippy::too_many_arguments)]
 fn run_point(
-    policies: &PolicyFile,
+    policies: &Policies,
     index: usize,
     resolver: &Resolver<'_>,
     calls: &[Resolved],

@@ -1,0 +1,299 @@
+//! Drills end to end: a short scenario against the real loopback dependency, on paused
+//! (virtual) time, asserting the transitions that happened; the binary's report and chart;
+//! a scenario whose expectations fail; every built-in scenario passing.
+
+mod common;
+
+use common::{fusebox, scratch, write};
+use fusebox_cli::drill::{self, DrillOptions, Out};
+use fusebox_cli::input::SourceFile;
+use fusebox_cli::scenario::{BUILTIN, load_scenario};
+use std::sync::{Arc, Mutex};
+
+/// 1 s healthy, 1.2 s of 503s that take 30–40 ms, 1.5 s healthy again; 100 calls/s.
+/// With a 10-call window, 5 minimum calls and 50 %, the breaker opens on the fifth 503;
+/// after 800 ms (no jitter) it probes during the outage — all three probes go out before
+/// the first 503 comes back — and re-opens; the next probes, in "back", close it.
+const SHORT: &str = r#"
+name = "short"
+description = "a short outage"
+seed = 3
+
+[traffic]
+rate = 100
+concurrency = 50
+path = "/items/1"
+
+[policy.default_route]
+slow_call_duration = "500ms"
+
+[policy.breaker]
+count_window = 10
+minimum_calls = 5
+failure_rate_threshold = 50
+open_wait = "800ms"
+open_wait_jitter = "0s"
+permitted_probes = 3
+max_half_open_wait = "1s"
+
+[policy.timeout]
+default_timeout = "1s"
+
+[[phases]]
+name = "healthy"
+duration = "1s"
+status = 200
+latency = "10ms"
+
+[[phases]]
+name = "outage"
+duration = "1200ms"
+status = 503
+latency = { min = "30ms", max = "40ms" }
+
+[[phases]]
+name = "back"
+duration = "1500ms"
+status = 200
+latency = "10ms"
+
+[expect]
+opens = true
+open_reason = "failure_rate"
+first_open_in = "outage"
+no_open_in = ["healthy", "back"]
+half_open_calls = 3
+max_half_open_calls = 3
+closed_at_end = true
+"#;
+
+fn collect() -> (Out, Arc<Mutex<Vec<String>>>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let l = Arc::clone(&lines);
+    let out: Out = Arc::new(move |s: &str| l.lock().expect("output lock").push(s.to_owned()));
+    (out, lines)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_outage_opens_probes_and_closes() {
+    let scenario = load_scenario(&SourceFile::new("short.toml", SHORT), None).unwrap();
+    let (out, lines) = collect();
+    let options = DrillOptions {
+        progress: None,
+        ..DrillOptions::default()
+    };
+    let report = drill::run(&scenario, &options, out).await.unwrap();
+
+    let replica = &report.replica_reports[0];
+    let moves: Vec<(&str, &str, &str, &str)> = replica
+        .transitions
+        .iter()
+        .map(|t| (t.from, t.to, t.reason, t.phase.as_str()))
+        .collect();
+    assert_eq!(
+        moves,
+        [
+            ("closed", "open", "failure_rate", "outage"),
+            ("open", "half_open", "open_wait_elapsed", "outage"),
+            ("half_open", "open", "probe_failed", "outage"),
+            ("open", "half_open", "open_wait_elapsed", "back"),
+            ("half_open", "closed", "probes_succeeded", "back"),
+        ]
+    );
+    let opened = &replica.transitions[0];
+    assert_eq!((opened.calls, opened.failures), (10, 5));
+    assert_eq!(opened.open_ms, Some(800.0));
+    // Each half-open period let exactly the probe budget through.
+    let probes: Vec<Option<u32>> = replica
+        .transitions
+        .iter()
+        .map(|t| t.half_open_calls)
+        .collect();
+    assert_eq!(probes, [None, None, Some(3), None, Some(3)]);
+    // Probing starts with the first call after the 800 ms wait (calls are 10 ms apart).
+    let waited = replica.transitions[1].at_ms - replica.transitions[0].at_ms;
+    assert!((800.0..=810.0).contains(&waited), "{waited}");
+
+    let s = &replica.summary;
+    assert!(s.rejected_breaker > 50, "{s:?}");
+    assert!(s.server_errors >= 5, "{s:?}");
+    assert_eq!(
+        s.calls,
+        s.served
+            + s.rejected_breaker
+            + s.timeouts
+            + s.connection_errors
+            + s.rejected_limit
+            + s.skipped
+    );
+    assert!(report.passed, "{:#?}", report.expectations);
+    assert_eq!(report.expectations.len(), 8);
+
+    // The live output has one line per transition, with the window, rates and wait.
+    let lines = lines.lock().unwrap();
+    let opening = lines
+        .iter()
+        .find(|l| l.contains("CLOSED → OPEN"))
+        .expect("a live line for the opening");
+    assert!(
+        opening.contains("failure_rate")
+            && opening.contains("window 10 calls: 5 failed (50.0 % ≥ 50 %)")
+            && opening.contains("open 800ms (jitter 0s)"),
+        "{opening}"
+    );
+    assert_eq!(lines.iter().filter(|l| l.contains(" → ")).count(), 5);
+    assert!(lines.iter().any(|l| l.contains("── phase \"outage\"")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn replicas_each_have_their_own_breaker() {
+    let scenario = load_scenario(&SourceFile::new("short.toml", SHORT), None).unwrap();
+    let (out, lines) = collect();
+    let options = DrillOptions {
+        replicas: 2,
+        progress: None,
+        store: None,
+    };
+    let report = drill::run(&scenario, &options, out).await.unwrap();
+    assert_eq!(report.replica_reports.len(), 2);
+    for r in &report.replica_reports {
+        assert_eq!(r.transitions[0].to, "open");
+        assert_eq!(r.final_state, "closed");
+    }
+    let lines = lines.lock().unwrap();
+    assert!(lines.iter().any(|l| l.contains("r1 CLOSED → OPEN")));
+    assert!(lines.iter().any(|l| l.contains("r2 CLOSED → OPEN")));
+    assert!(report.passed, "{:#?}", report.expectations);
+}
+
+fn svg_is_well_formed(path: &std::path::Path, title: &str) {
+    let text = std::fs::read_to_string(path).expect("chart.svg written");
+    let doc = roxmltree::Document::parse(&text).expect("chart.svg is well-formed XML");
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg");
+    assert_eq!(
+        root.tag_name().namespace(),
+        Some("http://www.w3.org/2000/svg")
+    );
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(texts.iter().any(|t| t.contains(title)), "{texts:?}");
+    for label in [
+        "closed",
+        "open",
+        "half-open",
+        "rejected by breaker",
+        "callers p99",
+    ] {
+        assert!(
+            texts.contains(&label),
+            "legend {label:?} missing: {texts:?}"
+        );
+    }
+    let rects = doc.descendants().filter(|n| n.has_tag_name("rect")).count();
+    let paths = doc.descendants().filter(|n| n.has_tag_name("path")).count();
+    assert!(rects > 50 && paths >= 4, "{rects} rects, {paths} paths");
+}
+
+#[test]
+fn the_binary_writes_a_report_and_a_chart() {
+    let dir = scratch("drill-binary");
+    let file = write(&dir, "short.toml", SHORT);
+    let run = fusebox(&dir, &["drill", &file, "--virtual-time", "--out", "out"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("CLOSED → OPEN"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("rejected by the breaker"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("PASS: the breaker behaved as \"short\" expects")
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out/report.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["scenario"], "short");
+    assert_eq!(json["passed"], true);
+    let transitions = json["replica_reports"][0]["transitions"]
+        .as_array()
+        .unwrap();
+    assert_eq!(transitions.len(), 5);
+    assert_eq!(transitions[0]["reason"], "failure_rate");
+    assert!(json["timeline"].as_array().unwrap().len() > 30);
+    svg_is_well_formed(&dir.join("out/chart.svg"), "fusebox drill: short");
+}
+
+#[test]
+fn failed_expectations_exit_1() {
+    let dir = scratch("drill-fails");
+    let text = SHORT
+        .replace("opens = true", "opens = false")
+        .replace("closed_at_end = true", "closed_at_end = false");
+    let file = write(&dir, "wrong.toml", &text);
+    let run = fusebox(
+        &dir,
+        &["drill", &file, "--virtual-time", "-q", "--out", "out"],
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("✗ opens = false"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("✗ closed_at_end = false"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("FAIL: 2 of 8 expectations did not hold"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains("failed its expectations"),
+        "{}",
+        run.stderr
+    );
+    // The report is still written.
+    assert!(dir.join("out/chart.svg").is_file());
+}
+
+#[test]
+fn every_builtin_scenario_passes_on_virtual_time() {
+    let dir = scratch("drill-builtins");
+    for (name, _) in BUILTIN {
+        let run = fusebox(
+            &dir,
+            &["drill", name, "--virtual-time", "-q", "--out", name],
+        );
+        assert_eq!(run.code, 0, "{name}:\n{}\n{}", run.stdout, run.stderr);
+        assert!(run.stdout.contains("PASS"), "{name}: {}", run.stdout);
+        svg_is_well_formed(&dir.join(name).join("chart.svg"), name);
+    }
+}
+
+#[test]
+fn list_and_show_builtins() {
+    let dir = scratch("drill-list");
+    let run = fusebox(&dir, &["drill", "--list"]);
+    assert_eq!(run.code, 0);
+    for (name, _) in BUILTIN {
+        assert!(run.stdout.contains(name), "{}", run.stdout);
+    }
+    let run = fusebox(&dir, &["drill", "--show", "unavailable"]);
+    assert_eq!(run.code, 0);
+    assert!(
+        run.stdout.starts_with("# 503s with half-open probing"),
+        "{}",
+        run.stdout
+    );
+    // What --show prints is a scenario the checker accepts.
+    write(&dir, "mine.toml", &run.stdout);
+    let run = fusebox(&dir, &["check", "mine.toml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("scenario \"unavailable\", no problems"));
+}

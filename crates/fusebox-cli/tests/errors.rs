@@ -1,0 +1,333 @@
+//! Every error path: exit code 2 and a message naming the file, the line and the reason;
+//! never a panic.
+
+mod common;
+
+use common::{Run, fusebox, scratch, write};
+
+const POLICY: &str = r#"
+[policies.api.breaker]
+count_window = 10
+minimum_calls = 5
+[policies.api.routes."GET /a"]
+"#;
+
+fn assert_input_error(run: &Run, expected: &str) {
+    assert_eq!(
+        run.code, 2,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(
+        run.stderr.contains(expected),
+        "expected {expected:?} in:\n{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+}
+
+#[test]
+fn malformed_calls_files() {
+    let dir = scratch("errors-calls");
+    write(&dir, "policy.toml", POLICY);
+    let cases = [
+        (
+            "bad-time.csv",
+            "0,GET /a,200,5\n2024-13-01T00:00:00Z,GET /a,200,5\n",
+            "bad-time.csv:2:1: bad timestamp \"2024-13-01T00:00:00Z\": the month is out of range",
+        ),
+        (
+            "unknown-route.csv",
+            "0,GET /a,200,5\n1,GET /b,200,5\n",
+            "unknown-route.csv:2:1: unknown route \"GET /b\": no policy lists it (policies: api)",
+        ),
+        (
+            "bad-status.csv",
+            "0,GET /a,teapot,5\n",
+            "bad-status.csv:1:1: bad status \"teapot\"",
+        ),
+        (
+            "short-line.csv",
+            "timestamp,route,status,latency_ms\n0,GET /a,200,5\n1,GET /a,200\n",
+            "short-line.csv:3:1: too few fields: expected 4, got 3",
+        ),
+        (
+            "backwards.csv",
+            "5,GET /a,200,5\n4,GET /a,200,5\n",
+            "backwards.csv:2:1: timestamps go backwards",
+        ),
+        (
+            "bad.jsonl",
+            "{\"ts\":1,\"route\":\"GET /a\",\"status\":200,\"latency_ms\":5}\n{\"ts\":2,\"route\":\n",
+            "bad.jsonl:2:1: invalid JSON",
+        ),
+        (
+            "empty.csv",
+            "# nothing\n",
+            "empty.csv: no calls in the file",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        write(&dir, name, text);
+        let run = fusebox(
+            &dir,
+            &["replay", "--config", "policy.toml", "--calls", name],
+        );
+        assert_input_error(&run, expected);
+    }
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "missing.csv",
+        ],
+    );
+    assert_input_error(&run, "missing.csv: cannot read the file");
+    // --default-policy makes unlisted routes the policy's.
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "unknown-route.csv",
+            "--default-policy",
+            "api",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn malformed_policy_files() {
+    let dir = scratch("errors-policy");
+    write(&dir, "calls.csv", "0,GET /a,200,5\n");
+    let cases = [
+        (
+            "syntax.toml",
+            "[policies.api.breaker\ncount_window = 10\n",
+            "syntax.toml:1:",
+        ),
+        (
+            "typo.toml",
+            "[policies.api.breaker]\ncount_window = 10\nfailure_rate = 50\n",
+            "typo.toml:3:1: policies.api.breaker.failure_rate: unknown key",
+        ),
+        (
+            "range.toml",
+            "[policies.api.breaker]\nfailure_rate_threshold = 150\n",
+            "range.toml:2:26: policies.api.breaker.failure_rate_threshold: must be within 1..=100, got 150",
+        ),
+        (
+            "route.yaml",
+            "policies:\n  api:\n    routes:\n      \"GET /a\":\n        timeout: 0s\n",
+            "route.yaml:5:9: policies.api.routes[\"GET /a\"].timeout: must be greater than zero",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        write(&dir, name, text);
+        let run = fusebox(&dir, &["replay", "--config", name, "--calls", "calls.csv"]);
+        assert_input_error(&run, expected);
+        let run = fusebox(&dir, &["check", name]);
+        assert_input_error(&run, expected);
+    }
+}
+
+#[test]
+fn malformed_scenarios() {
+    let dir = scratch("errors-scenario");
+    let cases = [
+        (
+            "no-phases.toml",
+            "phases = []\n[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\n",
+            "no-phases.toml:1:10: phases: at least one phase is needed",
+        ),
+        (
+            "bad-latency.toml",
+            "phases = [{ name = \"a\", duration = \"1s\", status = 200, latency = \"fast\" }]\n[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\n",
+            "bad-latency.toml:1:",
+        ),
+        (
+            "bad-policy.toml",
+            "phases = [{ name = \"a\", duration = \"1s\", status = 200 }]\n[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\nminimum_calls = 11\n",
+            "bad-policy.toml:6:17: policy.breaker.minimum_calls: must not exceed the count window's size (10), got 11",
+        ),
+        (
+            "no-breaker.toml",
+            "phases = [{ name = \"a\", duration = \"1s\", status = 200 }]\n[traffic]\nrate = 10\n[policy.timeout]\ndefault_timeout = \"1s\"\n",
+            "no-breaker.toml: policy \"no-breaker\" has no breaker",
+        ),
+        (
+            "unknown-key.toml",
+            "phases = [{ name = \"a\", duration = \"1s\", status = 200, colour = \"red\" }]\n[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\n",
+            "unknown-key.toml:1:",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        write(&dir, name, text);
+        let run = fusebox(&dir, &["drill", name, "--virtual-time"]);
+        assert_input_error(&run, expected);
+        let run = fusebox(&dir, &["check", name]);
+        assert_input_error(&run, expected);
+    }
+    let run = fusebox(&dir, &["drill", "no-such-scenario"]);
+    assert_input_error(
+        &run,
+        "no scenario \"no-such-scenario\": not a file, and not a built-in (brownout, ",
+    );
+    let run = fusebox(&dir, &["drill", "--show", "nope"]);
+    assert_input_error(&run, "--show: no built-in scenario \"nope\"");
+}
+
+#[test]
+fn bad_flags() {
+    let dir = scratch("errors-flags");
+    write(&dir, "policy.toml", POLICY);
+    write(&dir, "calls.csv", "0,GET /a,200,5\n");
+    let run = fusebox(&dir, &["drill", "--store", "memcached://x"]);
+    assert_input_error(
+        &run,
+        "--store \"memcached://x\": only Redis stores are supported",
+    );
+    let run = fusebox(
+        &dir,
+        &["drill", "--store", "redis://127.0.0.1:6379/0?colour=red"],
+    );
+    assert_input_error(&run, "--store: ");
+    let run = fusebox(&dir, &["drill", "--policy", "x"]);
+    assert_input_error(&run, "--config");
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "calls.csv",
+            "--failure-rate",
+            "50",
+        ],
+    );
+    assert_input_error(&run, "--sweep");
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "calls.csv",
+            "--sweep",
+            "--window",
+            "ring:5",
+        ],
+    );
+    assert_input_error(&run, "bad window \"ring:5\"");
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "calls.csv",
+            "--sweep",
+            "--incident",
+            "+10s..+5s",
+        ],
+    );
+    assert_input_error(
+        &run,
+        "--incident: bad incident +10s..+5s: it ends before it starts",
+    );
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "calls.csv",
+            "--default-policy",
+            "x",
+        ],
+    );
+    assert_input_error(&run, "--default-policy");
+    let run = fusebox(&dir, &["frobnicate"]);
+    assert_eq!(run.code, 2);
+}
+
+#[test]
+fn help_is_complete() {
+    let dir = scratch("help");
+    let run = fusebox(&dir, &["--help"]);
+    assert_eq!(run.code, 0);
+    for word in ["drill", "replay", "check", "Exit codes"] {
+        assert!(run.stdout.contains(word), "{word}: {}", run.stdout);
+    }
+    for (cmd, words) in [
+        (
+            "drill",
+            &[
+                "--replicas",
+                "--store",
+                "--virtual-time",
+                "--config",
+                "--out",
+                "--list",
+                "--show",
+                "Examples",
+            ][..],
+        ),
+        (
+            "replay",
+            &[
+                "--sweep",
+                "--incident",
+                "--within",
+                "--failure-rate",
+                "--slow-call-duration",
+                "--minimum-calls",
+                "--window",
+                "--json",
+                "--default-policy",
+                "CSV columns",
+            ][..],
+        ),
+        ("check", &["TOML or YAML", "Every problem is reported"][..]),
+    ] {
+        let run = fusebox(&dir, &[cmd, "--help"]);
+        assert_eq!(run.code, 0, "{cmd}");
+        for w in words {
+            assert!(
+                run.stdout.contains(w),
+                "{cmd} --help lacks {w}:\n{}",
+                run.stdout
+            );
+        }
+    }
+}
+
+#[test]
+fn check_prints_the_effective_policies() {
+    let dir = scratch("check-ok");
+    write(&dir, "policy.toml", POLICY);
+    let run = fusebox(&dir, &["check", "policy.toml"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("policy.toml: 1 policy, no problems"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("window last 10 calls, minimum_calls 5, failure_rate_threshold 50 %"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("route     GET /a"), "{}", run.stdout);
+}

@@ -1,0 +1,343 @@
+//! Replays of crafted logs with exact expected trip times, through the binary and the
+//! library; the sweep's table against a labelled incident.
+
+mod common;
+
+use common::{fusebox, scratch, write};
+use fusebox_cli::config::load_policy_file;
+use fusebox_cli::input::SourceFile;
+use fusebox_cli::replay::calls::format_rfc3339;
+use fusebox_cli::replay::sweep::{Grid, IncidentSpec, SweepOptions, sweep};
+use fusebox_cli::replay::{ReplayOptions, replay};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+const POLICY: &str = r#"
+[policies.api.default_route]
+slow_call_duration = "1s"
+
+[policies.api.breaker]
+count_window = 10
+minimum_calls = 5
+failure_rate_threshold = 50
+open_wait = "10s"
+open_wait_jitter = "0s"
+permitted_probes = 2
+
+[policies.api.routes."GET /orders/{id}"]
+slow_call_duration = "1s"
+"#;
+
+/// Timestamps in seconds. The breaker trips at 0.51 s, when the fifth call completes (3
+/// of 5 failed); the slow failure started at 0.4 s completes at 2.4 s, after the
+/// transition, and is discarded. Open until 10.51 s: the calls at 1 s and 5 s are
+/// rejected. At 10.6 s the first probe goes out (done at 10.7 s), at 10.65 s the second
+/// (done at 10.67 s), and the call at 10.66 s is rejected: both probes are out. The
+/// second success closes the breaker at 10.7 s.
+const CALLS: &str = "\
+timestamp,route,status,latency_ms
+0.0,GET /orders/{id},200,10
+0.1,GET /orders/{id},200,10
+0.2,GET /orders/{id},503,10
+0.3,GET /orders/{id},503,10
+0.4,GET /orders/{id},503,2000
+0.5,GET /orders/{id},503,10
+1.0,GET /orders/{id},200,10
+5.0,GET /orders/{id},503,10
+10.6,GET /orders/{id},200,100
+10.65,GET /orders/7,200,20
+10.66,GET /orders/{id},200,10
+11.0,GET /orders/{id},200,10
+";
+
+fn expected_moves(base_ns: u64) -> Vec<(u64, &'static str, &'static str, &'static str)> {
+    vec![
+        (base_ns + 510_000_000, "closed", "open", "failure_rate"),
+        (
+            base_ns + 10_600_000_000,
+            "open",
+            "half_open",
+            "open_wait_elapsed",
+        ),
+        (
+            base_ns + 10_700_000_000,
+            "half_open",
+            "closed",
+            "probes_succeeded",
+        ),
+    ]
+}
+
+#[test]
+fn exact_trip_times_through_the_binary() {
+    let dir = scratch("replay-exact");
+    write(&dir, "policy.toml", POLICY);
+    write(&dir, "calls.csv", CALLS);
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "calls.csv",
+            "--json",
+            "r.json",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("0.510") && run.stdout.contains("closed → open"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "rejected 3 (25.0 %)   of the rejected, 1 would have failed and 2 would have succeeded"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("opened 1 time   flapping 0"),
+        "{}",
+        run.stdout
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    let b = &json["breakers"][0];
+    assert_eq!(b["name"], "api");
+    let moves: Vec<(u64, String, String, String)> = b["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["at"].as_u64().unwrap(),
+                t["from"].as_str().unwrap().to_owned(),
+                t["to"].as_str().unwrap().to_owned(),
+                t["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(u64, String, String, String)> = expected_moves(0)
+        .into_iter()
+        .map(|(a, b, c, d)| (a, b.into(), c.into(), d.into()))
+        .collect();
+    assert_eq!(moves, expected);
+    let t0 = &b["transitions"][0];
+    assert_eq!(
+        (t0["calls"].as_u64(), t0["failures"].as_u64()),
+        (Some(5), Some(3))
+    );
+    assert_eq!(t0["open_ms"].as_u64(), Some(10_000));
+    assert_eq!(b["stats"]["rejected"], 3);
+    assert_eq!(b["stats"]["time_open"], 10_090_000_000u64);
+    assert_eq!(b["stats"]["time_half_open"], 100_000_000u64);
+}
+
+#[test]
+fn json_lines_with_rfc3339_replay_the_same() {
+    let base: u64 = 1_714_564_800_000_000_000; // 2024-05-01T12:00:00Z
+    let mut jsonl = String::new();
+    for line in CALLS.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let secs: f64 = f[0].parse().unwrap();
+        let at = base + (secs * 1e9).round() as u64;
+        let _ = writeln!(
+            jsonl,
+            "{{\"timestamp\":\"{}\",\"route\":\"{}\",\"status\":{},\"latency_ms\":{}}}",
+            format_rfc3339(at),
+            f[1],
+            f[2],
+            f[3]
+        );
+    }
+    let policies = load_policy_file(&SourceFile::new("policy.toml", POLICY)).unwrap();
+    let report = replay(
+        &policies,
+        "calls.jsonl",
+        jsonl.as_bytes(),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    let moves: Vec<(u64, &str, &str, &str)> = report.breakers[0]
+        .transitions
+        .iter()
+        .map(|t| (t.at, t.from, t.to, t.reason))
+        .collect();
+    assert_eq!(moves, expected_moves(base));
+    assert_eq!(report.calls, 12);
+}
+
+/// Ten minutes at 20 calls/s: every 20th call fails (5 %), a burst of 20 failures at
+/// 60 s, and the incident from 300 s to 360 s where 7 of every 10 calls fail.
+fn incident_log() -> String {
+    let mut s = String::from("timestamp,route,status,latency_ms\n");
+    for i in 0..12_000u64 {
+        let t = i as f64 * 0.05;
+        let in_burst = (1200..1220).contains(&i);
+        let in_incident = (6000..7200).contains(&i);
+        let fail = if in_incident {
+            i % 10 < 7
+        } else {
+            in_burst || i % 20 == 0
+        };
+        let _ = writeln!(
+            s,
+            "{t:.2},GET /orders/{{id}},{},5",
+            if fail { 503 } else { 200 }
+        );
+    }
+    s
+}
+
+const SWEEP_POLICY: &str = r#"
+[policies.api.breaker]
+count_window = 100
+minimum_calls = 10
+failure_rate_threshold = 50
+open_wait = "5s"
+open_wait_jitter = "0s"
+[policies.api.routes."GET /orders/{id}"]
+"#;
+
+#[test]
+fn the_sweep_marks_settings_that_catch_the_incident_quietly() {
+    let dir = scratch("replay-sweep");
+    write(&dir, "policy.toml", SWEEP_POLICY);
+    write(&dir, "calls.csv", &incident_log());
+    let run = fusebox(
+        &dir,
+        &[
+            "replay",
+            "--config",
+            "policy.toml",
+            "--calls",
+            "calls.csv",
+            "--sweep",
+            "--failure-rate",
+            "20,50",
+            "--minimum-calls",
+            "10,200",
+            "--incident",
+            "+300s..+360s",
+            "--within",
+            "10s",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    let row = |fail: &str, min: &str| -> &str {
+        lines
+            .iter()
+            .find(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                let cols = if cols.first() == Some(&"✓") {
+                    &cols[1..]
+                } else {
+                    &cols[..]
+                };
+                cols.len() > 4 && cols[0] == fail && cols[3] == min
+            })
+            .unwrap_or_else(|| panic!("no row for {fail} / {min}:\n{}", run.stdout))
+    };
+    // 50 % with 10 minimum calls: opens ~3.5 s into the incident, never outside it.
+    let good = row("50", "10");
+    assert!(good.trim_start().starts_with('✓'), "{good}");
+    assert!(good.contains("count:100"), "{good}");
+    // 20 %: also catches the incident, but the burst at 60 s opens it too.
+    let noisy = row("20", "10");
+    assert!(!noisy.contains('✓'), "{noisy}");
+    let cols: Vec<&str> = noisy.split_whitespace().collect();
+    assert_eq!(cols[8], "1", "one opening outside the incident: {noisy}");
+    // 200 minimum calls do not fit a 100-call window.
+    let invalid = row("20", "200");
+    assert!(invalid.contains("invalid: minimum_calls"), "{invalid}");
+    assert!(
+        run.stdout
+            .contains("1 of 4 settings detected the incident in time without opening outside it."),
+        "{}",
+        run.stdout
+    );
+    // Best first.
+    let first_row = lines.iter().position(|l| l.contains("count:100")).unwrap();
+    assert!(lines[first_row].trim_start().starts_with('✓'));
+}
+
+#[test]
+fn the_sweep_as_a_library() {
+    let policies = load_policy_file(&SourceFile::new("p.toml", SWEEP_POLICY)).unwrap();
+    let log = incident_log();
+    let options = SweepOptions {
+        grid: Grid {
+            failure_rates: vec![20, 50],
+            minimum_calls: vec![10],
+            ..Grid::default()
+        },
+        policy: None,
+        incident: Some(IncidentSpec::parse("+300s..+360s").unwrap()),
+        within: Duration::from_secs(10),
+        replay: ReplayOptions::default(),
+        threads: 2,
+    };
+    let report = sweep(&policies, "calls.csv", log.as_bytes(), &options).unwrap();
+    assert_eq!(report.rows.len(), 2);
+    let best = &report.rows[0];
+    assert_eq!((best.failure_rate, best.good), (50, true));
+    assert_eq!(best.openings_outside, 0);
+    let detected = best.detected_after.unwrap();
+    assert!(
+        (1_000_000_000..10_000_000_000).contains(&detected),
+        "{detected}"
+    );
+    let noisy = &report.rows[1];
+    assert_eq!(
+        (noisy.failure_rate, noisy.good, noisy.openings_outside),
+        (20, false, 1)
+    );
+    assert!(
+        noisy.detected_after.unwrap() < detected,
+        "a lower threshold detects sooner"
+    );
+    // The same calls replayed alone give the same opening as the sweep's row.
+    let plain = replay(
+        &policies,
+        "calls.csv",
+        log.as_bytes(),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(plain.breakers[0].stats.openings, best.openings);
+    assert_eq!(plain.breakers[0].stats.rejected, best.rejected);
+}
+
+#[test]
+fn keyed_by_route_gives_one_breaker_per_route() {
+    let policy = r#"
+[policies.api.breaker]
+count_window = 4
+minimum_calls = 2
+failure_rate_threshold = 50
+open_wait = "10s"
+key = "route"
+[policies.api.routes."GET /a"]
+[policies.api.routes."GET /b"]
+"#;
+    let calls =
+        "0,GET /a,503,1\n0.1,GET /a,503,1\n0.2,GET /b,200,1\n0.3,GET /b,200,1\n0.4,GET /a,200,1\n";
+    let policies = load_policy_file(&SourceFile::new("p.toml", policy)).unwrap();
+    let report = replay(
+        &policies,
+        "c.csv",
+        calls.as_bytes(),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    let names: Vec<&str> = report.breakers.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["api/GET /a", "api/GET /b"]);
+    assert_eq!(report.breakers[0].stats.openings, 1);
+    assert_eq!(report.breakers[0].stats.rejected, 1);
+    assert_eq!(report.breakers[1].stats.openings, 0);
+}
