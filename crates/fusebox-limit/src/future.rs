@@ -234,7 +234,8 @@ where
 {
     let hold = match permit {
         Some(p) => p.limiter().release == Release::AtEndOfBody,
-        None => unreachable!("a called future holds its permit"),
+        // The permit is taken with the result: only a second poll finds it gone.
+        None => panic!("fusebox_limit::ResponseFuture polled after completion"),
     };
     match result {
         Ok(response) if call.is_none() && !hold => {
