@@ -928,6 +928,12 @@ impl FilePolicy {
         self
     }
 
+    /// Whether a route of this policy says `fallback = true`, and so needs a
+    /// [`fallback`](FilePolicy::fallback) before it can be built.
+    pub fn wants_fallback(&self) -> bool {
+        self.builder.wants_fallback()
+    }
+
     /// Calls `listener` with every breaker event.
     pub fn on_breaker_event(
         mut self,

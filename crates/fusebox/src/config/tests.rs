@@ -90,6 +90,7 @@ fn check_example(file: &PolicyFile) {
     );
 
     // inventory: keyed breakers, an adaptive limit, one retry key overridden.
+    assert!(!file.policy("inventory").unwrap().wants_fallback());
     let inventory = file.build("inventory").unwrap();
     assert!(inventory.keyed_breaker_handle().is_some());
     assert!(matches!(

@@ -323,6 +323,12 @@ impl<C: Classifier> PolicyBuilder<C> {
         self
     }
 
+    /// Whether routes were opted in to a fallback with
+    /// [`fallback_route`](PolicyBuilder::fallback_route).
+    pub fn wants_fallback(&self) -> bool {
+        !self.fallback_routes.is_empty()
+    }
+
     /// A slow start for the concurrency limit after the breaker closes.
     pub fn recovery_ramp(mut self, ramp: RecoveryRamp) -> Self {
         self.ramp = Some(ramp);
