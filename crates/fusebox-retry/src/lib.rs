@@ -13,8 +13,11 @@
 //!   ([`CircuitOpen`](error::CircuitOpen)), a full concurrency limit
 //!   ([`Overloaded`](error::Overloaded)), a spent deadline
 //!   ([`DeadlineExceeded`](error::DeadlineExceeded)) or an inner retry layer's spent budget
-//!   ([`BudgetExhausted`](error::BudgetExhausted)); retrying those only adds load that a
-//!   layer has already refused;
+//!   ([`BudgetExhausted`](error::BudgetExhausted)). Each was a decision, not a failure of
+//!   the dependency: the breaker has judged it unhealthy, a full local pool is still full a
+//!   backoff later, a spent deadline stays spent, and retrying another layer's exhausted
+//!   retries multiplies attempts across layers — the amplification this crate exists to
+//!   stop;
 //! - the retry can start, backoff included, before the request's
 //!   [`Deadline`](fusebox_classify::Deadline) (a request extension; a request whose
 //!   deadline has already passed is not sent at all and fails with
@@ -32,13 +35,34 @@
 //! When a retry is wanted but refused, the caller gets the last attempt's answer as the
 //! dependency gave it (see [`error`] for why nothing is wrapped).
 //!
+//! # Hedging
+//!
+//! With [`hedge_delay`](RetryConfigBuilder::hedge_delay), an idempotent request with a
+//! replayable body that has no answer after the delay gets one more attempt, taken from
+//! the same budget (and refused by the same cut-off) as a retry and counted in
+//! `max_attempts`. The first *good* answer — any answer the layer would not retry —
+//! wins, and the other attempt's future is dropped, which cancels it. A retryable failure
+//! of one attempt while the other is in flight is set aside; if both fail, the last
+//! failure goes through the retry rules.
+//!
+//! # Costs
+//!
+//! On the healthy path (one attempt, a good answer) the layer deposits into the budget
+//! with one atomic add (no clock read: see [`budget`]), clones the request head for a
+//! possible retry, and classifies the answer. With an empty request body and a head
+//! without headers or extensions, nothing is allocated (the head's clone copies headers
+//! and extensions when there are some; and a path-only URI parsed from a string allocates
+//! once when first cloned, a detail of `bytes`, while an absolute URI, as clients send,
+//! does not). Hedging adds a timer per request.
+//!
 //! # Observability
 //!
 //! Counters (from the `metrics` crate, labelled `name`): `fusebox_retry_attempts_total`,
 //! `fusebox_retry_retries_total`, `fusebox_retry_hedges_total`,
 //! `fusebox_retry_budget_exhausted_total`, `fusebox_retry_cutoff_refusals_total`. Each
 //! attempt runs in a DEBUG span `retry_attempt` with its `attempt` number (1-based);
-//! refusals are DEBUG events.
+//! refusals are DEBUG events. The counter handles are registered when the layer is built,
+//! so install the `metrics` recorder first.
 //!
 //! # Example
 //!
