@@ -451,9 +451,22 @@ pub async fn run(
         // Leave the shared scope closed, so that Redis lets it expire.
         first.reset();
     }
+    let store = options.store.as_ref().map(|c| {
+        // The URL without credentials, and the scope.
+        let url = c.url();
+        let shown = match (url.find("://"), url.rfind('@')) {
+            (Some(p), Some(at)) if at > p => format!("{}{}", &url[..p + 3], &url[at + 1..]),
+            _ => url.to_owned(),
+        };
+        match c.scope().dep_name() {
+            Some(dep) => format!("{shown} (scope dep:{dep})"),
+            None => shown,
+        }
+    });
     Ok(report::build(
         scenario,
         replicas_n,
+        store,
         total,
         ended,
         bucket,

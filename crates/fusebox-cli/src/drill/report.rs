@@ -127,7 +127,8 @@ pub struct TransitionReport {
     pub open_ms: Option<f64>,
     /// For an opening: the jitter, ms.
     pub jitter_ms: Option<f64>,
-    /// For a transition out of HALF_OPEN: calls sent to the dependency while half-open.
+    /// For a transition out of HALF_OPEN: calls sent to the dependency while half-open
+    /// (by every replica, when they share a store).
     pub half_open_calls: Option<u32>,
 }
 
@@ -289,6 +290,8 @@ pub struct DrillReport {
     pub concurrency: usize,
     /// Replicas.
     pub replicas: usize,
+    /// Where the replicas kept their breaker state (`None`: each in memory).
+    pub store: Option<String>,
     /// How long traffic ran, ms.
     pub duration_ms: f64,
     /// When the drill ended (calls drained), ms.
@@ -342,6 +345,7 @@ fn ms(ns: u64) -> f64 {
 pub fn build(
     scenario: &Scenario,
     replicas: usize,
+    store: Option<String>,
     total: Duration,
     ended: u64,
     bucket: Duration,
@@ -364,6 +368,22 @@ pub fn build(
     let mut caller_lat: Vec<Vec<u64>> = vec![Vec::new(); n_buckets];
     let mut dep_lat: Vec<Vec<u64>> = vec![Vec::new(); n_buckets];
 
+    // With a shared store the half-open probe budget is the fleet's: count the calls every
+    // replica sent while a replica saw the breaker half-open.
+    let mut fleet_sent: Vec<u64> = Vec::new();
+    if store.is_some() {
+        for input in &inputs {
+            for entry in &input.log {
+                if let Logged::Tap(Tap::Sent, at) = entry {
+                    fleet_sent.push(*at);
+                }
+            }
+        }
+        fleet_sent.sort_unstable();
+    }
+    let sent_between = |a: u64, b: u64| {
+        (fleet_sent.partition_point(|&t| t <= b) - fleet_sent.partition_point(|&t| t < a)) as u32
+    };
     let mut replica_reports = Vec::new();
     for (ri, input) in inputs.into_iter().enumerate() {
         let mut s = Summary::default();
@@ -425,6 +445,7 @@ pub fn build(
         let mut state = State::Closed;
         let mut since = 0u64;
         let mut half_open_sent = 0u32;
+        let mut half_open_since = 0u64;
         let mut times = [0u64; 3];
         let add = |times: &mut [u64; 3], st: State, d: u64| match st {
             State::Open | State::ForcedOpen => times[1] += d,
@@ -439,9 +460,16 @@ pub fn build(
                 Logged::Transition(t) => {
                     add(&mut times, state, t.at.saturating_sub(since));
                     since = t.at;
-                    let half_open_calls = (t.from == State::HalfOpen).then_some(half_open_sent);
+                    let half_open_calls = (t.from == State::HalfOpen).then(|| {
+                        if store.is_some() {
+                            sent_between(half_open_since, t.at)
+                        } else {
+                            half_open_sent
+                        }
+                    });
                     if t.to == State::HalfOpen {
                         half_open_sent = 0;
+                        half_open_since = t.at;
                     }
                     if t.from == State::Closed && t.to == State::Open {
                         s.openings += 1;
@@ -548,6 +576,7 @@ pub fn build(
         rate: scenario.traffic.rate,
         concurrency: scenario.traffic.concurrency,
         replicas,
+        store,
         duration_ms: total.as_secs_f64() * 1e3,
         ended_ms: ms(ended),
         policy: describe_policy(&scenario.policy),
@@ -750,6 +779,12 @@ pub fn render_summary(r: &DrillReport) -> String {
             String::new()
         }
     );
+    if let Some(store) = &r.store {
+        let _ = writeln!(
+            s,
+            "  the replicas shared one breaker on {store}: half-open counts are fleet-wide"
+        );
+    }
     let cols: Vec<&Summary> = r.replica_reports.iter().map(|x| &x.summary).collect();
     let mut header = format!("  {:<30}", "");
     for x in &r.replica_reports {
