@@ -361,3 +361,72 @@ async fn two_scopes_do_not_interfere_and_every_key_carries_its_scope_as_hash_tag
     }
     assert_eq!(seen.len(), 3, "every scope wrote: {keys:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_breaker_shares_only_the_keys_its_configuration_lists() {
+    let server = RedisServer::start().await;
+    let config = breaker("catalog", |b| b);
+    let store = store(&server, |b| strict(b).share_key("shard-1"));
+    let shard = |head: &fusebox_breaker::RequestHead<'_>| -> String {
+        head.headers()
+            .get("x-shard")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_owned()
+    };
+    let layers: Vec<_> = (0..3)
+        .map(|_| {
+            CircuitBreakerLayer::builder(config.clone())
+                .store(fusebox_redis::OnRedis::new(store.clone()))
+                .build_keyed(shard)
+                .expect("a valid keyed breaker")
+        })
+        .collect();
+    let call = |layer: &fusebox_breaker::KeyedCircuitBreakerLayer<_, _, _>, key: &'static str| {
+        let svc = layer.layer(tower::service_fn(|_: Request<()>| async {
+            let mut r = Response::new(Empty::<Bytes>::new());
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            Ok::<_, Infallible>(r)
+        }));
+        let request = Request::builder()
+            .header("x-shard", key)
+            .body(())
+            .expect("a request");
+        svc.oneshot(request)
+    };
+    // Each replica: 4 failures on each shard (10 are needed to trip).
+    for layer in &layers {
+        for key in ["shard-1", "shard-2"] {
+            for _ in 0..4 {
+                let _ = call(layer, key).await;
+            }
+        }
+    }
+    for (i, layer) in layers.iter().enumerate() {
+        let handle = layer.handle();
+        eventually(
+            WITHIN,
+            &format!("replica {i}: the shared key opened"),
+            || async {
+                handle
+                    .get(&"shard-1".to_owned())
+                    .is_some_and(|h| h.state() == State::Open)
+            },
+        )
+        .await;
+        let local = handle.get(&"shard-2".to_owned()).expect("the key exists");
+        assert_eq!(
+            local.state(),
+            State::Closed,
+            "replica {i}: a local key saw 4 calls"
+        );
+    }
+    let mut conn = inspect(&server).await;
+    let keys = all_keys(&mut conn).await;
+    assert!(!keys.is_empty());
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("fusebox:{dep:catalog:key:shard-1}:")),
+        "only the listed key reached Redis: {keys:?}"
+    );
+}

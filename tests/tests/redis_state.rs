@@ -96,18 +96,23 @@ async fn results_from_an_older_epoch_are_discarded_batched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_epoch_moves_on_every_transition_but_open_to_half_open() {
+async fn the_epoch_moves_on_every_transition_but_open_to_half_open_and_waits_grow() {
     let server = RedisServer::start().await;
     let config = breaker("payments", |b| {
-        b.open_wait(Duration::from_millis(100)).permitted_probes(1)
+        b.open_wait(Duration::from_millis(100))
+            .open_wait_growth(4.0, Duration::from_secs(10))
+            .permitted_probes(1)
     });
     let mut replicas = fleet(1, &config, &store(&server, |b| b.strict())).await;
+    let mut conn = inspect(&server).await;
     let dep = Dependency::new(503);
     for _ in 0..10 {
         let _ = replicas[0].call(&dep).await;
     }
     let r = &replicas[0];
     eventually(WITHIN, "open", || async { r.state() == State::Open }).await;
+    let open_for: i64 = conn.hget(STATE, "of").await.expect("HGET");
+    assert_eq!(open_for, 100_000, "the first trip waits open_wait (us)");
     // Past the open wait, calls are refused until a lease is claimed; then one probes,
     // and fails.
     let before = dep.calls();
@@ -116,6 +121,12 @@ async fn the_epoch_moves_on_every_transition_but_open_to_half_open() {
         dep.calls() > before
     })
     .await;
+    eventually(WITHIN, "open again", || async { r.state() == State::Open }).await;
+    let open_for: i64 = conn.hget(STATE, "of").await.expect("HGET");
+    assert_eq!(
+        open_for, 400_000,
+        "the second trip in a row waits 4 x longer"
+    );
     dep.set(200);
     eventually(WITHIN, "closed", || async {
         let _ = r.call(&dep).await;

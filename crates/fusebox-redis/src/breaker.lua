@@ -7,7 +7,8 @@
 --   3 window kind: c (count) | t (time)            4 count: size; time: bucket width (us)
 --   5 time: buckets                                6 minimum_calls
 --   7 failure_rate_threshold (%)                   8 slow_call_rate_threshold (%)
---   9 consecutive_failures (0: off)               10 open_wait (us)
+--   9 consecutive_failures (0: off)               10 open waits (us) of the 1st, 2nd, ... trip
+--                                                    in a row, comma-separated (the last repeats)
 --  11 max_half_open_wait (us, 0: none)            12 permitted_probes
 --  13 probe_successes                             14 clear the window on close (1/0)
 --  15 idle ttl of a CLOSED scope (ms)             16 jitter for an opening now (us)
@@ -27,7 +28,8 @@ local min_calls = tonumber(ARGV[6])
 local fthr = tonumber(ARGV[7])
 local sthr = tonumber(ARGV[8])
 local consec = tonumber(ARGV[9])
-local open_wait = tonumber(ARGV[10])
+local open_waits = {}
+for w in string.gmatch(ARGV[10], '%d+') do open_waits[#open_waits + 1] = tonumber(w) end
 local max_half = tonumber(ARGV[11])
 local probes = tonumber(ARGV[12])
 local need_ok = tonumber(ARGV[13])
@@ -189,7 +191,7 @@ end
 local function enter_open(why)
   trips = trips + 1
   move(OPEN, why)
-  open_for, jit = open_wait + jitter, jitter
+  open_for, jit = open_waits[math.min(trips, #open_waits)] + jitter, jitter
   ou = now + open_for
   redis.call('DEL', L)
 end

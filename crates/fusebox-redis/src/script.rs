@@ -6,7 +6,9 @@
 //! reads Redis's clock (`TIME`), compares rates in integers, and answers every call with the
 //! whole state: the caller's local view is refreshed by the answer to its own write.
 
+use fusebox_breaker::sim::{Recorded, Simulator};
 use fusebox_breaker::{CircuitBreakerConfig, OnClose, Reason, State, WindowConfig, WindowTotals};
+use fusebox_classify::Nanos;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -53,6 +55,52 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
+/// The most open waits of a growth schedule sent to the script; trips past it reuse the
+/// last.
+const MAX_SCHEDULE: usize = 64;
+
+/// The base open wait of the 1st, 2nd, ... trip in a row, as the breaker's own state
+/// machine computes it (with `open_wait_growth`), until it stops growing: the breaker's
+/// [`Simulator`] is tripped, then re-opened by failed probes, on virtual time. The fleet's
+/// script picks the wait of its trip count from this list.
+pub(crate) fn open_wait_schedule(config: &CircuitBreakerConfig) -> Vec<u64> {
+    let mut sim = Simulator::new(config.clone());
+    let mut now = Nanos::ZERO;
+    let mut trip = None;
+    for _ in 0..config
+        .minimum_calls()
+        .max(config.consecutive_failures().unwrap_or(1))
+    {
+        let Ok(permit) = sim.acquire(now).0 else {
+            break;
+        };
+        if let Recorded::Transition(t) = sim.record(permit, true, false, now) {
+            trip = Some(t);
+            break;
+        }
+    }
+    let mut waits: Vec<u64> = Vec::new();
+    while let Some(t) = trip.take() {
+        let open_for = t.open_for.unwrap_or_default();
+        let base = micros(open_for.saturating_sub(t.jitter.unwrap_or_default()));
+        if waits.last() == Some(&base) || waits.len() == MAX_SCHEDULE {
+            break;
+        }
+        waits.push(base);
+        // Past the wait, the probe fails: the next trip in a row.
+        now = now.plus(open_for);
+        if let (Ok(probe), _) = sim.acquire(now)
+            && let Recorded::Transition(next) = sim.record(probe, true, false, now)
+        {
+            trip = Some(next);
+        }
+    }
+    if waits.is_empty() {
+        waits.push(micros(config.open_wait()));
+    }
+    waits
+}
+
 impl ConfigArgs {
     pub(crate) fn new(
         channel: &str,
@@ -75,7 +123,11 @@ impl ConfigArgs {
             config.failure_rate_threshold().to_string(),
             config.slow_call_rate_threshold().to_string(),
             config.consecutive_failures().unwrap_or(0).to_string(),
-            micros(config.open_wait()).to_string(),
+            open_wait_schedule(config)
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
             config.max_half_open_wait().map_or(0, micros).to_string(),
             config.permitted_probes().to_string(),
             config.probe_successes().to_string(),
@@ -409,6 +461,28 @@ mod tests {
     }
 
     #[test]
+    fn the_open_wait_grows_as_the_breaker_says() {
+        let c = CircuitBreakerConfig::builder("d")
+            .open_wait(Duration::from_secs(10))
+            .open_wait_jitter(Duration::from_secs(2))
+            .open_wait_growth(2.0, Duration::from_secs(60))
+            .build()
+            .unwrap();
+        assert_eq!(
+            open_wait_schedule(&c),
+            [10_000_000, 20_000_000, 40_000_000, 60_000_000]
+        );
+        let flat = CircuitBreakerConfig::builder("d")
+            .count_window(1000)
+            .minimum_calls(1000)
+            .consecutive_failures(3)
+            .open_wait(Duration::from_millis(1500))
+            .build()
+            .unwrap();
+        assert_eq!(open_wait_schedule(&flat), [1_500_000]);
+    }
+
+    #[test]
     fn config_args_render_the_breaker() {
         let c = CircuitBreakerConfig::builder("d")
             .time_window(Duration::from_secs(10), 10)
@@ -422,6 +496,7 @@ mod tests {
             .build()
             .unwrap();
         let a = ConfigArgs::new("ch", &c, Duration::from_secs(60));
+        assert_eq!(a.args[8], "250000", "no growth: one wait");
         assert_eq!(
             a.args,
             [
