@@ -40,7 +40,8 @@
 //! runs across a flush approximately. While a replica's view says its count window is clean
 //! it does not send fast successes; a window made dirty by another replica's failure is
 //! announced on pub/sub, so at most `d/2` worth of this replica's successes go uncounted
-//! (which can only keep failures in the window longer, never hide them).
+//! (`poll_interval` if the message is lost) — which can only keep failures in the window
+//! longer, never hide them.
 //!
 //! # In Redis
 //!
@@ -91,6 +92,18 @@
 //! | `fusebox_redis_resyncs_total` | counter | `breaker` | returns to the fleet's state |
 //! | `fusebox_redis_connected` | gauge | `breaker` | 1 while Redis answers, 0 while falling back |
 //! | `fusebox_redis_dropped_outcomes_total` | counter | `breaker` | outcomes lost (a batch Redis did not take, or a full batch) |
+//!
+//! # Limits
+//!
+//! - The stores' background tasks need a tokio runtime with time and IO enabled; a store
+//!   made outside a runtime starts them on first use inside one.
+//! - A store knows the fleet's state once Redis first answered: until then the fallback
+//!   decides. [`OnRedis::prefetch`] reads it before a breaker is built; a keyed breaker's
+//!   key made on the request path starts on its fallback for one round trip.
+//! - Jitter is drawn by the replica whose call opens the breaker, from its own random
+//!   numbers: `CircuitBreakerConfig::seed` makes one process reproducible, not a fleet.
+//! - The keys are laid out for Redis Cluster (one hash slot per scope), but the connection
+//!   is to one Redis (or a proxy in front of a cluster); no cluster client is included.
 //!
 //! # Example
 //!
