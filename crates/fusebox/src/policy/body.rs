@@ -4,7 +4,6 @@ use bytes::Bytes;
 use fusebox_breaker::{EosRecorder, MemoryStore};
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
 use fusebox_limit::Completion;
-use fusebox_timeout::TimeoutBody;
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 use std::fmt;
@@ -12,9 +11,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// The body the layers of a policy make of the dependency's body `B`: the breaker's and
-/// the limit's end-of-stream bookkeeping around the timeout's body timer.
+/// the limit's end-of-stream bookkeeping around it.
 pub type StackBody<B, C> =
-    ClassifiedBody<ClassifiedBody<TimeoutBody<B>, Completion<C>>, EosRecorder<C, MemoryStore>>;
+    ClassifiedBody<ClassifiedBody<B, Completion<C>>, EosRecorder<C, MemoryStore>>;
 
 /// The response body of a policy: the dependency's body as the layers wrap it, or the body
 /// of a [fallback](crate::Fallback) response.
@@ -27,9 +26,6 @@ pub struct PolicyBody<B, C: Classifier> {
     kind: Kind<B, C>,
 }
 
-// The layers' body holds the body timer inline; boxing it would allocate per response, and
-// the fallback variant is the rare one.
-#[allow(clippy::large_enum_variant)]
 #[pin_project(project = KindProj)]
 enum Kind<B, C: Classifier> {
     Inner(#[pin] StackBody<B, C>),

@@ -93,7 +93,7 @@ use fusebox_limit::{
     LimitHandle,
 };
 use fusebox_retry::{RetryBudget, RetryBudgetLayer, RetryConfig, RetryConfigBuilder};
-use fusebox_timeout::{BodyTimeoutLayer, TimeoutConfig, TimeoutConfigBuilder, TimeoutLayer};
+use fusebox_timeout::{TimeoutConfig, TimeoutConfigBuilder, TimeoutLayer};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,7 +241,7 @@ impl<C: Classifier> PolicyBuilder<C> {
         self.timeout_config(TimeoutConfig::builder().default_timeout(timeout))
     }
 
-    /// The timeout layer's full configuration (default timeout, body timeout, deadline
+    /// The timeout layer's full configuration (default timeout, deadline
     /// propagation).
     pub fn timeout_config(mut self, config: impl IntoConfig<TimeoutConfig>) -> Self {
         self.timeout = Some(config.into_config());
@@ -349,6 +349,14 @@ impl<C: Classifier> PolicyBuilder<C> {
         let has_limit = self.limit.is_some();
         let routes = v.nested("", self.routes);
         let timeout = self.timeout.and_then(|t| v.nested("timeout", t));
+        if timeout.as_ref().is_some_and(|t| t.body_timeout().is_some()) {
+            // A body timer would sit in every response body of the policy, bounded or not:
+            // the layer that carries it stays outside, where only the streams need it.
+            v.fail(
+                "timeout.body_timeout",
+                "a Policy bounds the wait for the response head; bound response bodies with fusebox_timeout::BodyTimeoutLayer around the policy's service",
+            );
+        }
         let limit = self.limit.and_then(|l| v.nested("limit", l));
         let breaker = self.breaker.and_then(|b| v.nested("breaker", b));
         let retry = self.retry.and_then(|r| v.nested("retry", r));
@@ -455,10 +463,6 @@ impl<C: Classifier> PolicyBuilder<C> {
                 retry,
                 breaker,
                 limit,
-                body_timeout: timeout
-                    .as_ref()
-                    .filter(|t| t.config().body_timeout().is_some())
-                    .map(TimeoutLayer::body_layer),
                 timeout,
                 shared: Arc::new(Shared {
                     name: self.name,
@@ -491,7 +495,6 @@ pub(crate) struct PolicyLayers<C> {
     breaker: BreakerLayer<C>,
     limit: Option<ConcurrencyLimitLayer<C>>,
     timeout: Option<TimeoutLayer<C>>,
-    body_timeout: Option<BodyTimeoutLayer<C>>,
     shared: Arc<Shared<C>>,
 }
 
@@ -611,13 +614,9 @@ impl<S, C: Classifier> Layer<S> for Policy<C> {
             Some(t) => Optional::On(t.layer(inner)),
             None => Optional::Off(inner),
         };
-        let body = match &l.body_timeout {
-            Some(t) => Optional::On(t.layer(timeout)),
-            None => Optional::Off(timeout),
-        };
         let limit = match &l.limit {
-            Some(layer) => Optional::On(layer.layer(body)),
-            None => Optional::Off(body),
+            Some(layer) => Optional::On(layer.layer(timeout)),
+            None => Optional::Off(timeout),
         };
         let breaker = match &l.breaker {
             BreakerLayer::Off => BreakerStage::Off(limit),

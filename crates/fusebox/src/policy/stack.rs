@@ -7,9 +7,12 @@
 //! nothing. So every stage is an enum of the layer's service and the bare inner service
 //! ([`Optional`], [`BreakerStage`]), and a stage that is off answers with *the same
 //! response type* as when it is on: the layers' response bodies all have a pass-through
-//! form ([`ClassifiedBody::passthrough`], [`TimeoutBody::passthrough`]), so an off stage
-//! only wraps the body it forwards. An off stage costs one `match` per call and per poll,
-//! and no clock read, atomic or allocation.
+//! form ([`ClassifiedBody::passthrough`]), so an off stage only wraps the body it forwards.
+//! An off stage costs one `match` per call and per poll, and no clock read, atomic or
+//! allocation. What it does not save is size: an enum is as large as its largest
+//! variant, so an off stage's future is as large as the layer's would be, and moving the
+//! nested futures of four stages is most of what a policy without any layer costs over a
+//! bare call (benches/benches/policy.rs, `policy_layers/no_layer`).
 //!
 //! The retry stage is the one that also touches requests: the retry layer sends
 //! [`ReplayBody<B>`] to the services below it so that a body can be replayed. An off retry
@@ -24,7 +27,7 @@ use fusebox_breaker::{CircuitBreaker, EosRecorder, KeyedCircuitBreaker, MemorySt
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier, OnEndOfStream};
 use fusebox_limit::{Completion, ConcurrencyLimit};
 use fusebox_retry::{ReplayBody, Retry};
-use fusebox_timeout::{BodyTimeout, Timeout, TimeoutBody};
+use fusebox_timeout::Timeout;
 use http::{Request, Response};
 use http_body::Body;
 use pin_project::pin_project;
@@ -69,17 +72,13 @@ impl<S: Clone, C> Clone for BreakerStage<S, C> {
 
 /// The timeout stage (innermost): bounds the wait for the response head.
 pub type TimeoutStage<S, C> = Optional<Timeout<S, C>, S>;
-/// The body-timeout stage, right outside the timeout: bounds response bodies (on when the
-/// timeout configuration sets a `body_timeout`).
-pub type BodyTimeoutStage<S, C> = Optional<BodyTimeout<S, C>, S>;
 /// The concurrency-limit stage.
 pub type LimitStage<S, C> = Optional<ConcurrencyLimit<S, C>, S>;
 /// The retry stage (outermost).
 pub type RetryStage<S, C> = Optional<Retry<S, C>, S>;
 /// Every stage of a policy around `S`: retry → circuit breaker → concurrency limit →
-/// body timeout → timeout → `S`.
-pub type Stack<S, C> =
-    RetryStage<BreakerStage<LimitStage<BodyTimeoutStage<TimeoutStage<S, C>, C>, C>, C>, C>;
+/// timeout → `S`.
+pub type Stack<S, C> = RetryStage<BreakerStage<LimitStage<TimeoutStage<S, C>, C>, C>, C>;
 
 /// How an off stage turns the inner response body into the body type the stage has when it
 /// is on.
@@ -99,18 +98,6 @@ impl<B> Passthrough<B> for Same {
     #[inline]
     fn wrap(body: B) -> B {
         body
-    }
-}
-
-/// The body is wrapped in a [`TimeoutBody`] without a timer.
-#[derive(Debug, Clone, Copy)]
-pub enum Timed {}
-
-impl<B> Passthrough<B> for Timed {
-    type Body = TimeoutBody<B>;
-    #[inline]
-    fn wrap(body: B) -> TimeoutBody<B> {
-        TimeoutBody::passthrough(body)
     }
 }
 
@@ -244,38 +231,6 @@ where
         match self {
             Optional::On(s) => StageFuture::On(s.call(request)),
             Optional::Off(s) => StageFuture::Off(MapErr::new(s.call(request))),
-        }
-    }
-}
-
-// === impl Optional<BodyTimeout> ===
-
-impl<S, C, B, RB> Service<Request<B>> for Optional<BodyTimeout<S, C>, S>
-where
-    S: Service<Request<B>, Response = Response<RB>>,
-    S::Error: Into<BoxError>,
-    C: Classifier,
-{
-    type Response = Response<TimeoutBody<RB>>;
-    type Error = BoxError;
-    type Future = StageFuture<
-        MapErr<fusebox_timeout::future::BodyFuture<S::Future>>,
-        Passed<S::Future, Timed>,
-    >;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        match self {
-            Optional::On(s) => s.poll_ready(cx).map_err(Into::into),
-            Optional::Off(s) => s.poll_ready(cx).map_err(Into::into),
-        }
-    }
-
-    #[inline]
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        match self {
-            Optional::On(s) => StageFuture::On(MapErr::new(s.call(request))),
-            Optional::Off(s) => StageFuture::Off(Passed::new(s.call(request))),
         }
     }
 }

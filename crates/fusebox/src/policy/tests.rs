@@ -360,3 +360,13 @@ fn bounds() {
         .service(ok_service());
     send_future(svc.call(get("/")));
 }
+
+#[test]
+fn body_timeouts_are_refused_with_a_pointer_to_the_body_layer() {
+    let err = Policy::builder("p")
+        .timeout_config(TimeoutConfig::builder().body_timeout(Duration::from_secs(1)))
+        .build()
+        .unwrap_err();
+    assert_eq!(paths(&err), ["timeout.body_timeout"]);
+    assert!(err.problems()[0].rule().contains("BodyTimeoutLayer"));
+}

@@ -1,0 +1,234 @@
+//! The healthy path of a full fusebox `Policy` (retry budget → circuit breaker →
+//! concurrency limit → timeout) against a bare call and two peer stacks, in the same run.
+//!
+//! Run with: `cargo bench -p fusebox-benches --bench policy`
+//!
+//! Every variant builds its request (an empty-body GET with an absolute URI, as a client
+//! sends), checks readiness, calls, and awaits a 200 that is ready at once, on one
+//! current-thread runtime built once (`iter_custom`). What differs is only the middleware:
+//!
+//! - `bare`: none;
+//! - `fusebox_policy`: `Policy` with all four layers (count-window breaker, fixed limit of
+//!   1000, a 1 s timeout, the retry budget's defaults);
+//! - `tower_stack`: tower's own `Retry` with a `TpsBudget` policy (tower's documented
+//!   pattern: clone the request up front, deposit on success, withdraw on a 5xx) →
+//!   fusebox's `CircuitBreakerLayer` → tower's `ConcurrencyLimit` → tower's `Timeout`;
+//! - `tower_resilience`: tower-resilience's retry → circuit breaker → bulkhead → time
+//!   limiter, each with its builder's defaults except the sizes above.
+//!
+//! A second group, `policy_layers`, times a policy with each layer alone, and with none
+//! (every stage passed through), to show what each stage costs when on and when off.
+//!
+//! Times are thread CPU time, not wall time (see `run`). Targets (issue 5): the policy at
+//! most 1.2× the tower stack, and at least 5× faster than the tower-resilience stack.
+
+use bytes::Bytes;
+use criterion::{Criterion, criterion_group, criterion_main};
+use fusebox::retry::ReplayBody;
+use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
+use http::{Request, Response, Uri};
+use http_body_util::Empty;
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::runtime::Runtime;
+use tower::retry::budget::{Budget, TpsBudget};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+type Reply = Result<Response<Empty<Bytes>>, Infallible>;
+
+/// The bare service: answers 200 at once, allocates nothing.
+fn bare<B>() -> impl Service<
+    Request<B>,
+    Response = Response<Empty<Bytes>>,
+    Error = Infallible,
+    Future = std::future::Ready<Reply>,
+> + Clone
++ Send
++ Sync
++ 'static {
+    tower::service_fn(|_: Request<B>| std::future::ready(Ok(Response::new(Empty::new()))))
+}
+
+/// tower's retry policy over a `TpsBudget`, as tower's documentation builds one.
+#[derive(Clone)]
+struct TowerPolicy {
+    budget: Arc<TpsBudget>,
+    attempts: usize,
+}
+
+impl<B: Clone, R, E> tower::retry::Policy<Request<B>, Response<R>, E> for TowerPolicy {
+    type Future = std::future::Ready<()>;
+
+    fn retry(
+        &mut self,
+        _request: &mut Request<B>,
+        result: &mut Result<Response<R>, E>,
+    ) -> Option<Self::Future> {
+        match result {
+            Ok(response) if !response.status().is_server_error() => {
+                self.budget.deposit();
+                None
+            }
+            _ if self.attempts > 0 && self.budget.withdraw() => {
+                self.attempts -= 1;
+                Some(std::future::ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
+        Some(request.clone())
+    }
+}
+
+fn breaker_config() -> CircuitBreakerConfig {
+    CircuitBreakerConfig::builder("bench")
+        .count_window(100)
+        .minimum_calls(20)
+        .build()
+        .expect("a valid breaker config")
+}
+
+const URI: &str = "http://127.0.0.1:8080/users/42";
+
+/// The CPU time of `iters` calls of `service`, each with a fresh request. Thread CPU time,
+/// not wall time: a busy machine (other builds on two cores) deschedules the benchmark, and
+/// that must not count against any variant.
+fn run<S>(rt: &Runtime, service: &S, iters: u64) -> Duration
+where
+    S: Service<Request<Empty<Bytes>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let mut service = service.clone();
+    rt.block_on(async {
+        let start = thread_cpu_time();
+        for _ in 0..iters {
+            let mut request = Request::new(Empty::new());
+            *request.uri_mut() = Uri::from_static(URI);
+            let ready = service.ready().await.expect("ready");
+            let response = ready
+                .call(black_box(request))
+                .await
+                .expect("a healthy call");
+            black_box(response);
+        }
+        thread_cpu_time().saturating_sub(start)
+    })
+}
+
+/// CPU time this thread has used.
+fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        u64::try_from(t.tv_sec).unwrap_or(0),
+        u32::try_from(t.tv_nsec).unwrap_or(0),
+    )
+}
+
+fn policy(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let _guard = rt.enter();
+
+    let fusebox_policy = Policy::builder("bench")
+        .timeout(Duration::from_secs(1))
+        .concurrency_limit(1000)
+        .circuit_breaker(breaker_config())
+        .retry_budget(RetryConfig::builder().name("bench"))
+        .build()
+        .expect("a valid policy")
+        .layer(bare::<ReplayBody<Empty<Bytes>>>());
+
+    let tower_stack = ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(TowerPolicy {
+            budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2)),
+            attempts: 2,
+        }))
+        .layer(CircuitBreakerLayer::new(breaker_config()))
+        .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
+        .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1)))
+        .service(bare::<Empty<Bytes>>());
+
+    let resilience_stack = {
+        use tower_resilience::bulkhead::BulkheadLayer;
+        use tower_resilience::circuitbreaker::CircuitBreakerLayer as TrCircuitBreakerLayer;
+        use tower_resilience::retry::RetryLayer;
+        use tower_resilience::timelimiter::TimeLimiterLayer;
+        let limited = TimeLimiterLayer::builder()
+            .timeout_duration(Duration::from_secs(1))
+            .build()
+            .layer(bare::<Empty<Bytes>>());
+        let bulkhead = BulkheadLayer::builder()
+            .max_concurrent_calls(1000)
+            .name("bench")
+            .build()
+            .expect("a valid bulkhead")
+            .layer(limited);
+        let breaker = TrCircuitBreakerLayer::builder()
+            .name("bench")
+            .sliding_window_size(100)
+            .minimum_number_of_calls(20)
+            .failure_rate_threshold(0.5)
+            .build()
+            .expect("a valid circuit breaker")
+            .layer(bulkhead);
+        RetryLayer::builder()
+            .max_attempts(3)
+            .exponential_backoff(Duration::from_millis(25))
+            .build()
+            .layer(breaker)
+    };
+
+    // Each layer alone, and none: what a stage costs on, and off.
+    let alone = |b: fusebox::PolicyBuilder| {
+        b.build()
+            .expect("a valid policy")
+            .layer(bare::<ReplayBody<Empty<Bytes>>>())
+    };
+    let layers = [
+        ("no_layer", alone(Policy::builder("bench"))),
+        (
+            "retry_only",
+            alone(Policy::builder("bench").retry_budget(RetryConfig::builder().name("bench"))),
+        ),
+        (
+            "breaker_only",
+            alone(Policy::builder("bench").circuit_breaker(breaker_config())),
+        ),
+        (
+            "limit_only",
+            alone(Policy::builder("bench").concurrency_limit(1000)),
+        ),
+        (
+            "timeout_only",
+            alone(Policy::builder("bench").timeout(Duration::from_secs(1))),
+        ),
+    ];
+    let mut group = c.benchmark_group("policy_layers");
+    for (name, service) in &layers {
+        group.bench_function(*name, |b| b.iter_custom(|iters| run(&rt, service, iters)));
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("policy");
+    let base = bare::<Empty<Bytes>>();
+    group.bench_function("bare", |b| b.iter_custom(|iters| run(&rt, &base, iters)));
+    group.bench_function("fusebox_policy", |b| {
+        b.iter_custom(|iters| run(&rt, &fusebox_policy, iters))
+    });
+    group.bench_function("tower_stack", |b| {
+        b.iter_custom(|iters| run(&rt, &tower_stack, iters))
+    });
+    group.bench_function("tower_resilience", |b| {
+        b.iter_custom(|iters| run(&rt, &resilience_stack, iters))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, policy);
+criterion_main!(benches);
