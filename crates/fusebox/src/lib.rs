@@ -4,10 +4,24 @@
 //! [`Classifier`] that decides whether a finished call was a success,
 //! a failure, slow, or something to ignore:
 //!
-//! - [`breaker`]: the circuit breaker ([`CircuitBreakerLayer`]), feature `breaker`;
-//! - [`timeout`]: per-route timeouts and deadline propagation ([`TimeoutLayer`]), feature
-//!   `timeout`;
-//! - [`classify`]: the Classifier, the route table, and fusebox's shared error types.
+//! - [`Policy`] (feature `policy`, on by default): retry budget → circuit breaker →
+//!   concurrency limit → timeout, in that order, around one route table, as one layer —
+//!   with [fallbacks](Fallback), a [recovery ramp](RecoveryRamp) and keyed breakers;
+//! - [`breaker`], [`limit`], [`retry`], [`timeout`]: each layer on its own;
+//! - [`classify`]: the Classifier, the route table, and fusebox's shared error types;
+//! - [`metrics`]: every metric name, for dashboards.
+//!
+//! And, behind features that the default build leaves out:
+//!
+//! | feature | what |
+//! |---|---|
+//! | `toml`, `yaml` | `fusebox::config`: policies from files, with defaults and inheritance |
+//! | `axum` | `fusebox::axum`: a Policy in a router, fusebox's errors as 503 / 504 |
+//! | `tonic` | `fusebox::tonic`: a Policy around a `Channel` or in a gRPC server, errors as `Status` |
+//! | `hyper-client` | `fusebox::hyper`: a hyper-util client behind a Policy |
+//! | `redis` | `fusebox::redis`: breaker state shared by a fleet |
+//! | `serde` | `Deserialize` for every layer's configuration |
+//! | `full` | all of the above |
 //!
 //! Every layer drops into `tower::ServiceBuilder`, in axum and tonic servers and around
 //! outbound hyper clients. fusebox's own errors ([`CircuitOpen`](error::CircuitOpen),
@@ -76,6 +90,13 @@ pub use fusebox_retry as retry;
 #[cfg(feature = "retry")]
 #[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
 pub use fusebox_retry::{RetryBudgetLayer, RetryConfig};
+
+/// Shared circuit-breaker state for a fleet of replicas, on Redis: a breaker store for
+/// `CircuitBreakerLayer::builder(..).store(..)`. (A [`Policy`]'s breaker keeps its state
+/// in memory.)
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use fusebox_redis as redis;
 
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
