@@ -68,7 +68,11 @@ async fn run() -> ExitCode {
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     for i in 0..200u32 {
         tick.tick().await;
-        let path = if i.is_multiple_of(10) { "/slow" } else { "/pay" };
+        let path = if i.is_multiple_of(10) {
+            "/slow"
+        } else {
+            "/pay"
+        };
         let request = Request::get(format!("http://{dependency}{path}"))
             .body(Full::new(Bytes::new()))
             .expect("a valid request");
