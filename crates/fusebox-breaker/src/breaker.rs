@@ -7,8 +7,7 @@ use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
 use fusebox_classify::error::{CircuitOpen, Overloaded};
 use fusebox_classify::{
-    CallMeta, Classified, Classifier, Clock, Nanos, OnEndOfStream, Outcome, RouteTable, StreamEnd,
-    Verdict,
+    CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteTable, StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::cell::Cell;
@@ -285,14 +284,13 @@ impl<C: Classifier, St: Store> Guard<C, St> {
 
     /// Whether the call was slow, as of now; reads the clock only if needed.
     #[inline]
-    fn measure(&self) -> (bool, Option<Nanos>) {
-        let b = &self.breaker;
-        if self.slow_at.is_none() && !b.needs_end_time {
+    fn measure(&self) -> (bool, Option<Instant>) {
+        if self.slow_at.is_none() && !self.breaker.needs_end_time {
             return (false, None);
         }
         let now = Instant::now();
         let slow = self.slow_at.flatten().is_some_and(|at| now >= at);
-        (slow, Some(b.clock.nanos_at(now)))
+        (slow, Some(now))
     }
 
     /// Records `verdict` (slowness measured now).
@@ -310,9 +308,20 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     }
 
     #[inline]
-    fn finish_measured(&mut self, outcome: Outcome, slow: bool, now: Option<Nanos>) {
+    fn finish_measured(&mut self, outcome: Outcome, slow: bool, end: Option<Instant>) {
         self.done = true;
-        let store = &self.breaker.store;
+        let b = &*self.breaker;
+        let store = &b.store;
+        // A fast success that the store can take without the time it ended (a clean count
+        // window) skips turning the end into `Nanos`.
+        if outcome == Outcome::Success
+            && !slow
+            && !b.needs_end_time
+            && store.record_fast_success(self.permit)
+        {
+            return;
+        }
+        let now = end.map(|end| b.clock.nanos_at(end));
         match outcome {
             Outcome::Ignored => store.release(self.permit),
             Outcome::Success => store.record(self.permit, false, slow, now),
@@ -370,13 +379,9 @@ impl<C: Classifier, St: Store> OnEndOfStream for EosRecorder<C, St> {
             StreamEnd::Error(error) => self.guard.classify_error(error),
             StreamEnd::Dropped => return, // the guard's drop releases the permit
         };
-        let now = self
-            .guard
-            .breaker
-            .needs_end_time
-            .then(|| self.guard.breaker.clock.now());
+        let end = self.guard.breaker.needs_end_time.then(Instant::now);
         let slow = self.slow;
-        self.guard.finish_measured(verdict.outcome(), slow, now);
+        self.guard.finish_measured(verdict.outcome(), slow, end);
     }
 }
 
