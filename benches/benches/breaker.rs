@@ -21,9 +21,13 @@
 //! and a third, `breaker_open`: a call rejected by a forced-open fusebox breaker next to a
 //! healthy call through the same kind of breaker.
 //!
-//! Runtimes are built once, outside the measurement (`iter_custom`).
+//! Runtimes are built once, outside the measurement (`iter_custom`). With
+//! `FUSEBOX_BENCH_CPU_TIME=1` in the environment the figures are the process's CPU time per
+//! call instead of wall time (groups suffixed `_cpu`): steadier on a machine shared with
+//! other work.
 
 use bytes::Bytes;
+use cpu_time::ProcessTime;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
 use fusebox_classify::{Route, RouteTable};
@@ -34,7 +38,7 @@ use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hint::black_box;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
@@ -180,15 +184,38 @@ where
     }
 }
 
+/// Set (to anything) to measure the CPU time the process spent instead of wall time.
+///
+/// On a machine shared with other work, wall time counts the moments the benchmark waits
+/// for a core; CPU time does not. With two tasks it is the CPU of both (waiting on a
+/// contended cache line is CPU time too), so per call it is about twice the wall figure
+/// when the two really run in parallel. Groups then carry a `_cpu` suffix.
+const CPU_TIME_VAR: &str = "FUSEBOX_BENCH_CPU_TIME";
+
+fn cpu_time() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os(CPU_TIME_VAR).is_some())
+}
+
+fn group_name(base: &str) -> String {
+    if cpu_time() {
+        format!("{base}_cpu")
+    } else {
+        base.to_owned()
+    }
+}
+
 /// `iters` calls by one task on the current-thread runtime `rt`.
 fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
     let mut client = client.clone();
     rt.block_on(async move {
+        let cpu = cpu_time().then(ProcessTime::now);
         let start = Instant::now();
         for _ in 0..iters {
             client.once().await;
         }
-        start.elapsed()
+        let wall = start.elapsed();
+        cpu.map_or(wall, |cpu| cpu.elapsed())
     })
 }
 
@@ -196,6 +223,7 @@ fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
 /// The blocking barrier holds the first task's worker until the second task runs on the
 /// other worker, so the two really run in parallel.
 fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
+    let cpu = cpu_time().then(ProcessTime::now);
     let barrier = Arc::new(Barrier::new(2));
     let handles = [iters.div_ceil(2), iters / 2].map(|calls| {
         let mut client = client.clone();
@@ -209,7 +237,7 @@ fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
             (start, Instant::now())
         })
     });
-    rt.block_on(async move {
+    let wall = rt.block_on(async move {
         let mut first_start = None::<Instant>;
         let mut last_end = None::<Instant>;
         for handle in handles {
@@ -221,7 +249,8 @@ fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
             (Some(start), Some(end)) => end.saturating_duration_since(start),
             _ => Duration::ZERO,
         }
-    })
+    });
+    cpu.map_or(wall, |cpu| cpu.elapsed())
 }
 
 fn current_thread() -> Runtime {
@@ -355,7 +384,7 @@ fn measure<C: Client>(rt: &Runtime, tasks: Tasks, client: &C, iters: u64) -> Dur
 fn scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
     let warm = current_thread();
     let _guard = rt.enter();
-    let mut g = c.benchmark_group(group);
+    let mut g = c.benchmark_group(group_name(group));
 
     macro_rules! variant {
         ($name:literal, $client:expr) => {{
@@ -402,7 +431,7 @@ fn open_group(c: &mut Criterion) {
     open_layer.handle().force_open();
     let open = warmed(&rt, Tower(open_layer.layer(bare())));
 
-    let mut g = c.benchmark_group("breaker_open");
+    let mut g = c.benchmark_group(group_name("breaker_open"));
     g.bench_function("fusebox_closed_healthy", |b| {
         b.iter_custom(|iters| one_task(&rt, &healthy, iters))
     });
