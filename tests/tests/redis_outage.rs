@@ -102,11 +102,9 @@ async fn survives_kill_9(mode: fn(RedisStoreConfigBuilder) -> RedisStoreConfigBu
     // The local windows decide while Redis is away: a failing dependency opens them.
     dep.set(503);
     all_show(&replicas, State::Open).await;
-    dep.set(200);
 
-    // Redis comes back, empty. Every replica resynchronises: its fallback's window (full
-    // of the outage's failures) joins the fleet's, which opens, probes once and closes,
-    // the whole fleet following.
+    // Redis comes back, empty. Every replica resynchronises: its fallback's window, full of
+    // the outage's failures, joins the fleet's, which opens; the whole fleet follows it.
     server.restart().await;
     for r in replicas.iter() {
         eventually(WITHIN, "the replica resynchronised", || async {
@@ -114,20 +112,25 @@ async fn survives_kill_9(mode: fn(RedisStoreConfigBuilder) -> RedisStoreConfigBu
         })
         .await;
     }
-    all_show(&replicas, State::Closed).await;
-    eventually(
-        WITHIN,
-        "every replica holds the same fleet state",
-        || async {
+    let agree = |state: State| {
+        let replicas = Arc::clone(&replicas);
+        async move {
             let first = replicas[0].handle().snapshot();
-            first.generation > 0
+            first.state == state
+                && first.generation > 0
                 && replicas.iter().all(|r| {
                     let s = r.handle().snapshot();
                     (s.state, s.generation) == (first.state, first.generation)
                 })
-        },
-    )
+        }
+    };
+    eventually(WITHIN, "the fleet opened on the outage's failures", || {
+        agree(State::Open)
+    })
     .await;
+    // The dependency recovers: the fleet probes once and closes, every replica with it.
+    dep.set(200);
+    eventually(WITHIN, "the fleet closed as one", || agree(State::Closed)).await;
     load.more_served(200).await;
     let longest = load.stop().await;
     // No call waited on Redis: calls return in microseconds; a generous bound keeps a

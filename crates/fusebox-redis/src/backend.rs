@@ -65,7 +65,7 @@ impl OnRedis {
         OnRedis {
             backend: Arc::new(Backend {
                 config,
-                conn: Mutex::new(None),
+                conn: tokio::sync::Mutex::new(None),
                 loaded: AtomicBool::new(false),
                 replica: std::hash::BuildHasher::hash_one(
                     &std::collections::hash_map::RandomState::new(),
@@ -170,7 +170,8 @@ pub(crate) struct Stats {
 /// What every store of one [`OnRedis`] shares.
 pub(crate) struct Backend {
     pub(crate) config: RedisStoreConfig,
-    conn: Mutex<Option<ConnectionManager>>,
+    /// An async lock: held while a connection is being made (within a call's time bound).
+    conn: tokio::sync::Mutex<Option<ConnectionManager>>,
     loaded: AtomicBool,
     replica: u64,
     tokens: AtomicU64,
@@ -191,35 +192,37 @@ impl fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// The connection, made on first use (inside a runtime: the manager spawns its tasks).
-    fn connection(&self) -> Result<ConnectionManager, String> {
-        let mut conn = lock(&self.conn);
+    /// The connection, made on first use and kept (the manager reconnects by itself);
+    /// while none could be made, each call tries again — within its time bound, which the
+    /// caller sets.
+    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let mut conn = self.conn.lock().await;
         if let Some(c) = &*conn {
             return Ok(c.clone());
         }
         let c = &self.config;
+        let retry_ms = u64::try_from(c.retry_interval.as_millis()).unwrap_or(u64::MAX);
         let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(c.timeout))
+            .set_connection_timeout(c.timeout)
             // Our own bound (`timeout`) ends every call first; this one only clears answers
             // that never come out of the connection's pipeline.
-            .set_response_timeout(Some(c.timeout.saturating_mul(2)))
+            .set_response_timeout(c.timeout.saturating_mul(2))
             .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(c.retry_interval);
-        let manager = ConnectionManager::new_lazy_with_config(c.client.clone(), manager_config)
-            .map_err(|e| e.to_string())?;
+            .set_factor(10)
+            .set_max_delay(retry_ms);
+        let manager = ConnectionManager::new_with_config(c.client.clone(), manager_config).await?;
         *conn = Some(manager.clone());
         Ok(manager)
     }
 
-    /// Runs a script invocation, within the configured time.
+    /// Runs a script invocation — connecting first if need be — within the configured time.
     pub(crate) async fn invoke(
         &self,
         inv: &redis::ScriptInvocation<'_>,
     ) -> Result<Vec<i64>, String> {
-        let mut conn = self.connection()?;
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         let work = async {
+            let mut conn = self.connection().await?;
             if !self.loaded.load(Ordering::Acquire) {
                 inv.load_async(&mut conn).await?;
                 self.loaded.store(true, Ordering::Release);
