@@ -61,6 +61,7 @@ pub fn is_safe_to_repeat<B>(request: &Request<B>) -> bool {
 }
 
 /// [`is_safe_to_repeat`] on a method and headers.
+#[inline]
 pub fn is_idempotent(method: &Method, headers: &HeaderMap) -> bool {
     method.is_idempotent() || headers.contains_key(IDEMPOTENCY_KEY)
 }

@@ -153,6 +153,7 @@ impl StandardClassifier {
         &self.grpc
     }
 
+    #[inline]
     fn is_grpc(&self, status: StatusCode, headers: &HeaderMap) -> bool {
         match self.protocol {
             Protocol::Http => false,
@@ -168,6 +169,7 @@ impl StandardClassifier {
 }
 
 impl Classifier for StandardClassifier {
+    #[inline]
     fn classify_response(
         &self,
         call: &Call<'_>,

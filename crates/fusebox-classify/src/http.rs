@@ -182,6 +182,7 @@ impl HttpClassifier {
     }
 
     /// The full verdict on a response head.
+    #[inline]
     pub fn verdict(&self, status: StatusCode, headers: &HeaderMap) -> Verdict {
         let outcome = self.outcome(status);
         if outcome == Outcome::Success || !self.retryable.contains(status.as_u16()) {

@@ -234,6 +234,7 @@ impl<C: Classifier> RouteTable<C> {
     }
 
     /// The name of a route, as written in the table (`"default"` for the default route).
+    #[inline]
     pub fn name(&self, id: RouteId) -> &str {
         self.table
             .names
@@ -312,6 +313,7 @@ impl CallMeta {
     }
 
     /// The classifier's view of this call.
+    #[inline]
     pub fn call<'a, C: Classifier>(&'a self, table: &'a RouteTable<C>) -> Call<'a> {
         Call::new(
             self.route,
