@@ -146,6 +146,14 @@ impl Store for RedisStore {
         }
     }
 
+    #[inline]
+    fn record_fast_success(&self, permit: Permit) -> bool {
+        match &self.inner {
+            Inner::Local(m) => m.record_fast_success(permit),
+            Inner::Shared { shared, .. } => shared.record_fast_success(permit),
+        }
+    }
+
     fn release(&self, permit: Permit) {
         match &self.inner {
             Inner::Local(m) => m.release(permit),
@@ -522,6 +530,19 @@ impl Shared {
             }
             PermitKind::Probe => Self::record_probe(this, permit, failure, slow),
         }
+    }
+
+    /// Batched mode: a fast success of the current epoch while the fleet's count window
+    /// is clean changes nothing and is taken here, for free.
+    #[inline]
+    fn record_fast_success(&self, permit: Permit) -> bool {
+        if self.mode != Mode::Batched || permit.kind() != PermitKind::Counted {
+            return false;
+        }
+        let word = self.word.load(Ordering::Acquire);
+        word >> CODE_BITS == permit.generation()
+            && matches!(word & 0xff, 0 | 5)
+            && self.clean.load(Ordering::Acquire)
     }
 
     #[inline]

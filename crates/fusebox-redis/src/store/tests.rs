@@ -169,6 +169,12 @@ fn batched_mode_skips_fast_successes_in_a_clean_window() {
     }
     assert!(s.batch.is_empty());
     let p = store.acquire().unwrap();
+    assert!(store.record_fast_success(p), "taken for free");
+    assert!(
+        !store.record_fast_success(Permit::new(0, PermitKind::Counted)),
+        "not of this epoch"
+    );
+    let p = store.acquire().unwrap();
     store.record(p, false, true, None);
     assert!(!s.batch.is_empty(), "a slow call is news");
 }
