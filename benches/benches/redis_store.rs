@@ -12,15 +12,17 @@
 //! the stores' background tasks: flushes, polls, pub/sub, strict mode's script calls).
 //!
 //! After criterion's figures a summary measures, in the same process:
-//! - the cost per call of each variant in 31 interleaved runs of 100,000 calls (fastest and
-//!   median: on a shared machine the fastest run is the least disturbed), and the
-//!   throughput ratios batched / in-memory and strict / in-memory;
+//! - the cost per call of each variant in 31 interleaved runs of 100,000 calls, as wall time
+//!   and as this process's CPU time (fastest and median: on a shared machine the fastest
+//!   run is the least disturbed), and the throughput ratios batched / in-memory and
+//!   strict / in-memory;
 //! - Redis round trips per call (`EVALSHA` calls counted by `INFO commandstats`): for
 //!   strict mode at full speed (beyond `max_in_flight` calls waiting on Redis, strict mode
 //!   batches) and paced at one call per millisecond (every call its own script call), and
 //!   for batched mode.
 
 use bytes::Bytes;
+use cpu_time::ProcessTime;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
 use fusebox_redis::{OnRedis, RedisStoreConfig};
@@ -249,19 +251,30 @@ fn redis_store(c: &mut Criterion) {
         ("in_memory_time_window", &|n| run(&rt, &memory_time, n)),
         ("redis_batched_time_window", &|n| run(&rt, &batched_time, n)),
     ];
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    // Wall time, and this process's CPU time (every thread: the caller and the stores'
+    // background tasks), which other processes on a shared machine disturb less.
+    let mut wall: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for _ in 0..ROUNDS {
         for (i, (_, f)) in variants.iter().enumerate() {
-            samples[i].push(f(RUN).as_nanos() as f64 / RUN as f64);
+            let started = ProcessTime::now();
+            let took = f(RUN);
+            let used = started.elapsed();
+            wall[i].push(took.as_nanos() as f64 / RUN as f64);
+            cpu[i].push(used.as_nanos() as f64 / RUN as f64);
         }
     }
-    let stats: Vec<(f64, f64)> = samples
-        .iter_mut()
-        .map(|v| {
-            v.sort_by(f64::total_cmp);
-            (v[0], v[v.len() / 2])
-        })
-        .collect();
+    let summarize = |samples: &mut Vec<Vec<f64>>| -> Vec<(f64, f64)> {
+        samples
+            .iter_mut()
+            .map(|v| {
+                v.sort_by(f64::total_cmp);
+                (v[0], v[v.len() / 2])
+            })
+            .collect()
+    };
+    let wall = summarize(&mut wall);
+    let cpu = summarize(&mut cpu);
 
     // Round trips per call.
     rt.block_on(tokio::time::sleep(Duration::from_millis(500)));
@@ -292,25 +305,33 @@ fn redis_store(c: &mut Criterion) {
     #[allow(clippy::print_stderr)]
     {
         eprintln!();
+        eprintln!("redis_store summary: ns per call over {ROUNDS} interleaved runs of {RUN} calls");
         eprintln!(
-            "redis_store summary: ns per call, fastest and median of {ROUNDS} interleaved runs of {RUN} calls"
+            "  {:<26} {:>9} {:>9} {:>9} {:>9}",
+            "", "wall min", "wall med", "cpu min", "cpu med"
         );
-        for ((name, _), (min, median)) in variants.iter().zip(&stats) {
-            eprintln!("  {name:<26} {min:8.1} {median:8.1}");
+        for (i, (name, _)) in variants.iter().enumerate() {
+            eprintln!(
+                "  {name:<26} {:9.1} {:9.1} {:9.1} {:9.1}",
+                wall[i].0, wall[i].1, cpu[i].0, cpu[i].1
+            );
         }
-        let ratio = |a: usize, b: usize| 100.0 * stats[a].0 / stats[b].0;
-        eprintln!("throughput ratios (fastest runs):");
+        let ratio = |s: &[(f64, f64)], a: usize, b: usize| 100.0 * s[a].0 / s[b].0;
+        eprintln!("throughput ratios (fastest runs; wall, cpu):");
         eprintln!(
-            "  redis_batched / in_memory:                         {:.1} %",
-            ratio(1, 2)
+            "  redis_batched / in_memory:                         {:.1} %, {:.1} %",
+            ratio(&wall, 1, 2),
+            ratio(&cpu, 1, 2)
         );
         eprintln!(
-            "  redis_strict / in_memory:                          {:.1} %",
-            ratio(1, 3)
+            "  redis_strict / in_memory:                          {:.1} %, {:.1} %",
+            ratio(&wall, 1, 3),
+            ratio(&cpu, 1, 3)
         );
         eprintln!(
-            "  redis_batched_time_window / in_memory_time_window: {:.1} %",
-            ratio(4, 5)
+            "  redis_batched_time_window / in_memory_time_window: {:.1} %, {:.1} %",
+            ratio(&wall, 4, 5),
+            ratio(&cpu, 4, 5)
         );
         eprintln!("Redis round trips per call (EVALSHA in INFO commandstats):");
         eprintln!(
