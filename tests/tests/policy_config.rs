@@ -67,7 +67,12 @@ async fn scores_count_429s(policy: Policy) {
         .await
         .expect("a fallback");
     assert_eq!(response.headers()["x-fallback"], "circuit_open");
-    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the fallback body")
+        .to_bytes();
     assert_eq!(body, "rules v0");
 }
 
