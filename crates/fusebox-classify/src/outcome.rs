@@ -73,7 +73,7 @@ impl RetryAfter {
 /// The full verdict on one finished call: outcome, whether it was slow, and a retry hint.
 ///
 /// The classifier decides outcome and retry hint; the layer that measured the call's
-/// latency sets [`slow`](Verdict::slow) against the route's slow-call threshold.
+/// latency sets [`is_slow`](Verdict::is_slow) against the route's slow-call threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Verdict {
     outcome: Outcome,
