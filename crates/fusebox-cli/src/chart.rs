@@ -2,7 +2,9 @@
 //!
 //! 1. **Breaker state**, a band per replica: green closed, red open, amber half-open.
 //! 2. **Failure and slow-call rates** of the breaker's window against their thresholds
-//!    (dashed): the lines that cross the dashes are why it opened.
+//!    (dashed): the lines that cross the dashes are why it opened. A pale area shows the
+//!    share of requests the dependency actually failed, for contrast: the window freezes
+//!    while the breaker is open.
 //! 3. **Latency** (log scale): p50 and p99 seen by callers and given by the dependency,
 //!    with the slow-call threshold: the gap between callers and dependency is what the
 //!    breaker and the timeout saved.
@@ -131,6 +133,7 @@ impl Svg {
                     color,
                     r#"stroke-width="6" stroke-opacity="0.45""#,
                 ),
+                "area" => self.rect(x, yy - 9.0, 12.0, 10.0, color, r#"fill-opacity="0.13""#),
                 "pale" => self.line(
                     x,
                     yy - 4.0,
@@ -401,6 +404,31 @@ pub fn render(r: &DrillReport) -> String {
             &format!("{v:.0} %"),
         );
     }
+    // What the dependency was doing, for contrast with what the window shows: the share of
+    // requests it failed (5xx or reset), per slice, as a pale area.
+    let mut area = String::new();
+    for b in &r.timeline {
+        if b.dependency_received == 0 {
+            continue;
+        }
+        let share = b.dependency_failed as f64 * 100.0 / b.dependency_received as f64;
+        let (x0, x1) = (x(b.start_ms), x(b.start_ms + r.bucket_ms));
+        let _ = write!(
+            area,
+            "M{x0:.1},{:.1} L{x0:.1},{:.1} L{x1:.1},{:.1} L{x1:.1},{:.1} Z ",
+            yr(0.0),
+            yr(share),
+            yr(share),
+            yr(0.0)
+        );
+    }
+    if !area.is_empty() {
+        let _ = writeln!(
+            s.out,
+            r#"<path d="{}" fill="{C_FAIL}" fill-opacity="0.13" stroke="none"/>"#,
+            area.trim_end()
+        );
+    }
     for (ri, rep) in r.replica_reports.iter().enumerate() {
         let opacity = if ri == 0 { "1" } else { "0.55" };
         let extra = format!(r#"stroke-opacity="{opacity}""#);
@@ -453,6 +481,7 @@ pub fn render(r: &DrillReport) -> String {
             (C_FAIL, &fail_label, "line"),
             (C_SLOW, &slow_label, "line"),
             ("#666", "thresholds", "dash"),
+            (C_FAIL, "dependency failing (5xx, resets)", "area"),
         ],
     );
 

@@ -57,7 +57,15 @@ pub enum Command {
         every breaker transition as it happens; then prints a summary and the scenario's \
         expectations, and writes report.json and chart.svg to --out.\n\n\
         SCENARIO is a built-in name (see --list) or a scenario file (TOML; --show NAME prints a \
-        built-in to start from). The exit code is 0 when every expectation held, 1 otherwise.",
+        built-in to start from). The exit code is 0 when every expectation held, 1 otherwise.\n\n\
+        Scenario files (TOML): name, description, seed; [traffic] rate (calls/s), concurrency, \
+        method, path; [policy] with the keys of a policy file's [policies.NAME] (breaker, limit, \
+        timeout, retry, default_route, routes); [[phases]] each with name, duration, optional \
+        ramp = true (the share of calls behaving like this phase grows from 0 to 100 %), and \
+        either status = N / reset = true with a latency, or responses = [{ weight, status | \
+        reset, latency }]; a latency is \"20ms\", { min, max } or { p50, p99 }; [expect] with \
+        opens, open_reason, first_open_in, no_open_in, closed_at_end, max_half_open_calls, \
+        half_open_calls, min_calls_to_open, max_calls_to_open, max_dependency_in_flight.",
         after_help = "Examples:\n  fusebox drill\n  fusebox drill unavailable --out /tmp/drill\n  \
         fusebox drill my-scenario.toml --config policies.toml --policy payments\n  \
         fusebox drill brownout --replicas 3 --store redis://127.0.0.1:6379/0\n  \

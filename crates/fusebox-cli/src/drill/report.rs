@@ -232,6 +232,8 @@ pub struct Bucket {
     pub dependency_p99_ms: Option<f64>,
     /// Requests the dependency received here.
     pub dependency_received: u64,
+    /// Of those, answered 5xx or reset.
+    pub dependency_failed: u64,
 }
 
 /// A phase in the report.
@@ -524,6 +526,9 @@ pub fn build(
     for s in &served {
         let b = ((s.at / bucket_ns) as usize).min(n_buckets - 1);
         timeline[b].dependency_received += 1;
+        if s.status == 0 || s.status >= 500 {
+            timeline[b].dependency_failed += 1;
+        }
         dep_lat[b].push(s.latency);
     }
     for (i, tb) in timeline.iter_mut().enumerate() {

@@ -31,7 +31,6 @@ use fusebox_breaker::{
 use fusebox_classify::grpc::Code;
 use fusebox_classify::{Nanos, Outcome, RouteId};
 use serde::Serialize;
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -103,7 +102,13 @@ impl<'p> Resolver<'p> {
         if !self.last.is_empty() && route == self.last.as_slice() {
             return Ok(self.last_class);
         }
-        let found = match self.seen.iter().find(|(r, _)| &**r == route) {
+        let found = match self.seen.iter().find(|(r, _)| {
+            // Lengths and first bytes first: most candidates differ there.
+            r.len() == route.len()
+                && r.first() == route.first()
+                && r.last() == route.last()
+                && **r == *route
+        }) {
             Some(&(_, c)) => c,
             None => match self.seen_map.get(route) {
                 Some(&c) => c,
@@ -231,25 +236,61 @@ impl<'p> Resolver<'p> {
     }
 }
 
-/// A completion waiting in the event queue.
+/// A completion waiting in the event queue, packed into 24 bytes (the queue moves these
+/// around on every push and pop): the permit's generation keeps its low 32 bits, which is
+/// all a comparison with the current generation needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Pending {
     at: u64,
-    seq: u64,
-    permit: Permit,
-    verdict: u8,
-    slow: bool,
+    seq: u32,
+    generation: u32,
+    /// Bit 0: a probe; bits 1–2: the verdict; bit 3: slow.
+    flags: u8,
+}
+
+impl Pending {
+    fn new(at: u64, seq: u32, permit: Permit, verdict: u8, slow: bool) -> Self {
+        Pending {
+            at,
+            seq,
+            generation: permit.generation() as u32,
+            flags: u8::from(permit.kind() == PermitKind::Probe)
+                | (verdict << 1)
+                | (u8::from(slow) << 3),
+        }
+    }
+
+    #[inline]
+    fn verdict(self) -> u8 {
+        (self.flags >> 1) & 3
+    }
+
+    #[inline]
+    fn slow(self) -> bool {
+        self.flags & 8 != 0
+    }
+
+    /// The permit, with the high bits of the generation taken from `current`.
+    #[inline]
+    fn permit(self, current: u64) -> Permit {
+        let kind = if self.flags & 1 != 0 {
+            PermitKind::Probe
+        } else {
+            PermitKind::Counted
+        };
+        Permit::new((current & !0xffff_ffff) | u64::from(self.generation), kind)
+    }
 }
 
 impl Ord for Pending {
-    fn cmp(&self, other: &Self) -> Ordering {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         // BinaryHeap is a max-heap: the earliest (then first admitted) on top.
         (other.at, other.seq).cmp(&(self.at, self.seq))
     }
 }
 
 impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
@@ -321,7 +362,7 @@ pub struct BreakerStats {
 struct BreakerRun {
     sim: Simulator,
     heap: BinaryHeap<Pending>,
-    seq: u64,
+    seq: u32,
     stats: BreakerStats,
     transitions: Vec<TransitionRecord>,
     last_change: u64,
@@ -362,13 +403,14 @@ impl BreakerRun {
 
     #[inline]
     fn complete(&mut self, p: Pending) {
-        if p.verdict == IGNORED {
-            self.sim.release(p.permit);
+        let permit = p.permit(self.sim.generation());
+        if p.verdict() == IGNORED {
+            self.sim.release(permit);
             return;
         }
         if let Recorded::Transition(t) =
             self.sim
-                .record(p.permit, p.verdict == FAILURE, p.slow, Nanos(p.at))
+                .record(permit, p.verdict() == FAILURE, p.slow(), Nanos(p.at))
         {
             self.moved(&t);
         }
@@ -397,14 +439,14 @@ impl BreakerRun {
                     // Nothing to record and no probe slot to give back.
                     return;
                 }
-                self.seq += 1;
-                self.heap.push(Pending {
-                    at: at.saturating_add(latency),
-                    seq: self.seq,
+                self.seq = self.seq.wrapping_add(1);
+                self.heap.push(Pending::new(
+                    at.saturating_add(latency),
+                    self.seq,
                     permit,
                     verdict,
                     slow,
-                });
+                ));
             }
             Err(_) => self.rejected(at, verdict),
         }
@@ -625,20 +667,6 @@ impl<'p> Engine<'p> {
         }
     }
 
-    /// Feeds one call (absolute timestamps). Errors are the route's.
-    #[inline]
-    pub(crate) fn feed(
-        &mut self,
-        at: u64,
-        route: &[u8],
-        result: u16,
-        latency: u64,
-    ) -> Result<(), String> {
-        let class = self.resolver.resolve(route)?;
-        self.feed_class(at, class, result, latency);
-        Ok(())
-    }
-
     #[inline]
     fn feed_class(&mut self, at: u64, class: u32, result: u16, latency: u64) {
         let t0 = match self.t0 {
@@ -735,16 +763,73 @@ pub fn replay(
         None,
     )?;
     let format = options.format.unwrap_or_else(|| Format::detect(file, data));
-    let mut reader = CallReader::new(file, data, format);
-    while let Some(call) = reader.next_call()? {
-        engine
-            .feed(call.at, call.route, call.result, call.latency)
-            .map_err(|why| reader.error(why))?;
-    }
+    // Two stages on two threads: this one replays while another reads and resolves the
+    // next batch of calls.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(4);
+    let style = std::thread::scope(|scope| {
+        let reader = scope.spawn(move || read_batches(policies, file, data, format, &tx));
+        for batch in rx {
+            engine.resolver.classes.extend(batch.classes);
+            for c in &batch.calls {
+                engine.feed_class(c.at, c.class, c.result, c.latency);
+            }
+        }
+        reader
+            .join()
+            .unwrap_or_else(|_| Err(InputError::in_file(file, "reading the calls failed")))
+    })?;
     if engine.calls == 0 {
         return Err(InputError::in_file(file, "no calls in the file"));
     }
-    Ok(engine.finish(file, reader.time_style()))
+    Ok(engine.finish(file, style))
+}
+
+/// Calls read and resolved, with the classes first seen among them.
+struct Batch {
+    classes: Vec<Class>,
+    calls: Vec<Resolved>,
+}
+
+const BATCH: usize = 8192;
+
+/// Reads `data` into batches of resolved calls, sent to `tx`; returns how the file writes
+/// time.
+fn read_batches(
+    policies: &Policies,
+    file: &str,
+    data: &[u8],
+    format: Format,
+    tx: &std::sync::mpsc::SyncSender<Batch>,
+) -> Result<TimeStyle, InputError> {
+    let mut resolver = Resolver::new(policies, None, None);
+    let mut reader = CallReader::new(file, data, format);
+    let mut calls = Vec::with_capacity(BATCH);
+    let mut sent_classes = 0;
+    let mut send = |resolver: &Resolver<'_>, calls: &mut Vec<Resolved>| {
+        let batch = Batch {
+            classes: resolver.classes[sent_classes..].to_vec(),
+            calls: std::mem::replace(calls, Vec::with_capacity(BATCH)),
+        };
+        sent_classes = resolver.classes.len();
+        // The replaying side only stops early when it is gone: nothing left to do then.
+        tx.send(batch).is_ok()
+    };
+    while let Some(c) = reader.next_call()? {
+        let class = resolver.resolve(c.route).map_err(|why| reader.error(why))?;
+        calls.push(Resolved {
+            at: c.at,
+            latency: c.latency,
+            class,
+            result: c.result,
+        });
+        if calls.len() == BATCH && !send(&resolver, &mut calls) {
+            return Ok(reader.time_style());
+        }
+    }
+    if !calls.is_empty() {
+        send(&resolver, &mut calls);
+    }
+    Ok(reader.time_style())
 }
 
 fn describe_breaker(
