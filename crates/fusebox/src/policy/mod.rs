@@ -93,7 +93,7 @@ use fusebox_limit::{
     LimitHandle,
 };
 use fusebox_retry::{RetryBudget, RetryBudgetLayer, RetryConfig, RetryConfigBuilder};
-use fusebox_timeout::{TimeoutConfig, TimeoutConfigBuilder, TimeoutLayer};
+use fusebox_timeout::{BodyTimeoutLayer, TimeoutConfig, TimeoutConfigBuilder, TimeoutLayer};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,8 +241,13 @@ impl<C: Classifier> PolicyBuilder<C> {
         self.timeout_config(TimeoutConfig::builder().default_timeout(timeout))
     }
 
-    /// The timeout layer's full configuration (default timeout, deadline
-    /// propagation).
+    /// The timeout layer's full configuration (default timeout, deadline propagation, body
+    /// timeout).
+    ///
+    /// The policy bounds the wait for the response *head*. A `body_timeout` is applied by
+    /// the layer [`Policy::body_timeout_layer`] gives, placed around the policy's service:
+    /// as in `fusebox-timeout`, the body timer is a layer of its own so that responses that
+    /// need none do not carry one (it would cost every call of every policy, bounded or not).
     pub fn timeout_config(mut self, config: impl IntoConfig<TimeoutConfig>) -> Self {
         self.timeout = Some(config.into_config());
         self
@@ -349,14 +354,6 @@ impl<C: Classifier> PolicyBuilder<C> {
         let has_limit = self.limit.is_some();
         let routes = v.nested("", self.routes);
         let timeout = self.timeout.and_then(|t| v.nested("timeout", t));
-        if timeout.as_ref().is_some_and(|t| t.body_timeout().is_some()) {
-            // A body timer would sit in every response body of the policy, bounded or not:
-            // the layer that carries it stays outside, where only the streams need it.
-            v.fail(
-                "timeout.body_timeout",
-                "a Policy bounds the wait for the response head; bound response bodies with fusebox_timeout::BodyTimeoutLayer around the policy's service",
-            );
-        }
         let limit = self.limit.and_then(|l| v.nested("limit", l));
         let breaker = self.breaker.and_then(|b| v.nested("breaker", b));
         let retry = self.retry.and_then(|r| v.nested("retry", r));
@@ -591,6 +588,30 @@ impl<C: Classifier> Policy<C> {
     /// The retry layer's configuration.
     pub fn retry_config(&self) -> Option<&RetryConfig> {
         self.inner.retry.as_ref().map(|r| r.config())
+    }
+
+    /// The layer that bounds response bodies by the timeout configuration's `body_timeout`
+    /// (and callers' deadlines), when one is set: put it around the policy's service,
+    /// `ServiceBuilder::new().layer(bodies).layer(policy)`. (It changes the response body
+    /// type, so it cannot be an optional layer of the same type.)
+    ///
+    /// ```
+    /// use fusebox::{Policy, TimeoutConfig};
+    /// use std::time::Duration;
+    ///
+    /// let policy = Policy::builder("feed")
+    ///     .timeout_config(TimeoutConfig::builder().body_timeout(Duration::from_secs(30)))
+    ///     .build()?;
+    /// let bodies = policy.body_timeout_layer().expect("a body timeout is configured");
+    /// assert_eq!(bodies.timeout(), Some(Duration::from_secs(30)));
+    /// # Ok::<(), fusebox::ConfigError>(())
+    /// ```
+    pub fn body_timeout_layer(&self) -> Option<BodyTimeoutLayer<C>> {
+        self.inner
+            .timeout
+            .as_ref()
+            .filter(|t| t.config().body_timeout().is_some())
+            .map(TimeoutLayer::body_layer)
     }
 
     /// Whether the policy serves fallbacks.

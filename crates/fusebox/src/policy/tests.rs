@@ -361,12 +361,35 @@ fn bounds() {
     send_future(svc.call(get("/")));
 }
 
-#[test]
-fn body_timeouts_are_refused_with_a_pointer_to_the_body_layer() {
-    let err = Policy::builder("p")
-        .timeout_config(TimeoutConfig::builder().body_timeout(Duration::from_secs(1)))
+/// A body timeout is applied by the body layer the policy gives, around its service.
+#[tokio::test(start_paused = true)]
+async fn body_timeouts_come_from_the_policys_body_layer() {
+    let policy = Policy::builder("p")
+        .timeout_config(TimeoutConfig::builder().body_timeout(Duration::from_millis(100)))
         .build()
-        .unwrap_err();
-    assert_eq!(paths(&err), ["timeout.body_timeout"]);
-    assert!(err.problems()[0].rule().contains("BodyTimeoutLayer"));
+        .unwrap();
+    assert!(
+        Policy::builder("q")
+            .build()
+            .unwrap()
+            .body_timeout_layer()
+            .is_none()
+    );
+    use futures_util::StreamExt;
+    let stalled = service_fn(|_req: Req| async {
+        // One chunk, then nothing, forever.
+        let chunks = futures_util::stream::iter([Ok::<_, Infallible>(http_body::Frame::data(
+            Bytes::from_static(b"a"),
+        ))])
+        .chain(futures_util::stream::pending());
+        Ok::<_, Infallible>(Response::new(http_body_util::StreamBody::new(chunks)))
+    });
+    let bodies = policy.body_timeout_layer().expect("a body timeout is set");
+    let svc = tower::ServiceBuilder::new()
+        .layer(bodies)
+        .layer(policy)
+        .service(stalled);
+    let response = svc.oneshot(get("/feed")).await.unwrap();
+    let err = response.into_body().collect().await.unwrap_err();
+    assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
 }
