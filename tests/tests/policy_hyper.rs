@@ -247,3 +247,73 @@ async fn a_retry_spends_the_budget_and_is_judged_by_the_breaker() {
     );
     assert_eq!(policy.limit_handle().unwrap().in_flight(), 0);
 }
+
+/// After the breaker closes, the recovery ramp lets the dependency take only a few calls at
+/// once, then more as the ramp grows.
+#[tokio::test(start_paused = true)]
+async fn the_limit_ramps_up_after_the_breaker_closes() {
+    let server = TestServer::with_behaviour(Arc::new(|_: &RequestSeen, n| {
+        if n < 4 {
+            Reply::status(503)
+        } else {
+            Reply::slow(200, Duration::from_millis(100))
+        }
+    }))
+    .await;
+    let policy = Policy::builder("ramp")
+        .circuit_breaker(
+            breaker("ramp")
+                .open_wait(Duration::from_secs(1))
+                .permitted_probes(1),
+        )
+        .concurrency_limit(20)
+        .recovery_ramp(fusebox::RecoveryRamp::new(2, Duration::from_secs(10)))
+        .build()
+        .unwrap();
+    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let limit = policy.limit_handle().unwrap();
+
+    // Four 503s open the breaker; after the open wait one probe succeeds and closes it.
+    for _ in 0..4 {
+        let r = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert_eq!(
+        policy.breaker_handle().unwrap().state(),
+        fusebox::breaker::State::Open
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = client.clone().oneshot(get(&server.url("/"))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        policy.breaker_handle().unwrap().state(),
+        fusebox::breaker::State::Closed
+    );
+    assert_eq!(limit.limit(), 2, "the ramp starts low");
+
+    // A burst right after recovery: two calls reach the dependency, the rest are shed.
+    let burst = |n: usize| {
+        let calls: Vec<_> = (0..n)
+            .map(|_| tokio::spawn(client.clone().oneshot(get(&server.url("/")))))
+            .collect();
+        async move {
+            let mut shed = 0;
+            for call in calls {
+                match call.await.unwrap() {
+                    Ok(r) => assert_eq!(r.status(), StatusCode::OK),
+                    Err(e) if e.is::<fusebox::error::Overloaded>() => shed += 1,
+                    Err(e) => panic!("unexpected error: {e}"),
+                }
+            }
+            shed
+        }
+    };
+    assert_eq!(burst(10).await, 8);
+    assert_eq!(server.max_in_flight(), 2);
+
+    // Once the ramp has run its course, the whole limit is back.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(burst(10).await, 0);
+    assert_eq!(limit.limit(), 20);
+    assert_eq!(server.max_in_flight(), 10);
+}
