@@ -126,6 +126,16 @@ impl Format {
     }
 }
 
+/// The fields of one line, as they are read.
+#[derive(Debug, Default)]
+struct Fields<'a> {
+    at: Option<u64>,
+    route: Option<&'a [u8]>,
+    status: Option<&'a [u8]>,
+    error: Option<&'a [u8]>,
+    latency: Option<u64>,
+}
+
 /// One recorded call, as read: the route is still the file's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawCall<'a> {
@@ -381,15 +391,37 @@ impl<'a> CallReader<'a> {
 
     #[inline]
     fn csv_line(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, Bad> {
-        let mut at = None;
-        let mut route: Option<&[u8]> = None;
-        let mut status: Option<&[u8]> = None;
-        let mut error: Option<&[u8]> = None;
-        let mut latency = None;
-        let mut i = 0;
-        let mut col = 0;
+        let mut fields = Fields::default();
+        // Fields are short: a plain loop finds each comma faster than a vectorised search
+        // sets up. A field that opens with a quote sends the line to the careful split.
+        let mut start = 0;
+        let mut count = 0;
         loop {
-            // One field.
+            let end = line[start..]
+                .iter()
+                .position(|&b| b == b',')
+                .map(|p| start + p);
+            let field = &line[start..end.unwrap_or(line.len())];
+            if field.first() == Some(&b'"') {
+                return self.csv_line_quoted(line);
+            }
+            self.field(&mut fields, count, field)?;
+            count += 1;
+            match end {
+                Some(p) => start = p + 1,
+                None => break,
+            }
+        }
+        self.finish_line(fields, count)
+    }
+
+    /// A line with quoted fields, split carefully.
+    #[cold]
+    fn csv_line_quoted(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, Bad> {
+        let mut fields = Fields::default();
+        let mut i = 0;
+        let mut count = 0;
+        loop {
             let (field, next) = if line.get(i) == Some(&b'"') {
                 let start = i + 1;
                 let end = match line[start..].iter().position(|&b| b == b'"') {
@@ -400,56 +432,61 @@ impl<'a> CallReader<'a> {
                 match line.get(after) {
                     None => (&line[start..end], None),
                     Some(b',') => (&line[start..end], Some(after + 1)),
-                    Some(_) => {
-                        return Err(self.bad("a closing quote must end its field"));
-                    }
+                    Some(_) => return Err(self.bad("a closing quote must end its field")),
                 }
             } else {
-                // Fields are short: a plain loop beats a vectorised search's set-up.
                 match line[i..].iter().position(|&b| b == b',') {
                     Some(p) => (&line[i..i + p], Some(i + p + 1)),
                     None => (&line[i..], None),
                 }
             };
-            match self.columns.get(col) {
-                Some(Column::Timestamp) => at = Some(self.timestamp(trim(field))?),
-                Some(Column::Route) => route = Some(trim(field)),
-                Some(Column::Status) => status = Some(trim(field)),
-                Some(Column::Error) => error = Some(trim(field)),
-                Some(Column::Latency(unit)) => latency = Some(self.latency(trim(field), *unit)?),
-                Some(Column::Other) => {}
-                None => {
-                    return Err(
-                        self.bad(format!("too many fields: expected {}", self.columns.len()))
-                    );
-                }
-            }
-            col += 1;
+            self.field(&mut fields, count, field)?;
+            count += 1;
             match next {
                 Some(n) => i = n,
-                None => break,
+                None => return self.finish_line(fields, count),
             }
         }
-        if col < self.columns.len() {
+    }
+
+    /// Reads field `k` of a line into `fields`.
+    #[inline]
+    fn field(&mut self, fields: &mut Fields<'a>, k: usize, field: &'a [u8]) -> Result<(), Bad> {
+        match self.columns.get(k) {
+            Some(Column::Timestamp) => fields.at = Some(self.timestamp(trim(field))?),
+            Some(Column::Route) => fields.route = Some(trim(field)),
+            Some(Column::Status) => fields.status = Some(trim(field)),
+            Some(Column::Error) => fields.error = Some(trim(field)),
+            Some(Column::Latency(unit)) => fields.latency = Some(self.latency(trim(field), *unit)?),
+            Some(Column::Other) => {}
+            None => {
+                return Err(self.bad(format!("too many fields: expected {}", self.columns.len())));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_line(&self, f: Fields<'a>, count: usize) -> Result<RawCall<'a>, Bad> {
+        if count < self.columns.len() {
             return Err(self.bad(format!(
-                "too few fields: expected {}, got {col}",
+                "too few fields: expected {}, got {count}",
                 self.columns.len()
             )));
         }
-        let route = route.unwrap_or_default();
+        let route = f.route.unwrap_or_default();
         if route.is_empty() {
             return Err(self.bad("the route is empty"));
         }
-        let result = match (status.filter(|s| !s.is_empty()), error) {
+        let result = match (f.status.filter(|s| !s.is_empty()), f.error) {
             (Some(s), _) => self.result(s)?,
             (None, Some(e)) if !e.is_empty() => self.result(e)?,
             _ => return Err(self.bad("no status or error kind")),
         };
         Ok(RawCall {
-            at: at.unwrap_or_default(),
+            at: f.at.unwrap_or_default(),
             route,
             result,
-            latency: latency.unwrap_or_default(),
+            latency: f.latency.unwrap_or_default(),
         })
     }
 

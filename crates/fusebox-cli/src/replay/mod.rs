@@ -51,8 +51,9 @@ struct Class {
 
 /// Maps the routes written in a calls file to their policy, breaker and classification.
 ///
-/// Resolution is cached: the route of the previous call is compared first, then the
-/// routes seen so far; only a route never seen goes through the route tables.
+/// Resolution is cached: a route is compared with the routes seen so far (the first 32 in
+/// a short list, checked by length and end bytes before their text; more in a map); only
+/// a route never seen goes through the route tables.
 #[derive(Debug)]
 pub struct Resolver<'p> {
     policies: &'p Policies,
@@ -66,8 +67,6 @@ pub struct Resolver<'p> {
     class_of: HashMap<(usize, RouteId), u32>,
     seen: Vec<(Box<[u8]>, u32)>,
     seen_map: HashMap<Box<[u8]>, u32>,
-    last: Vec<u8>,
-    last_class: u32,
     slow_override: Option<u64>,
 }
 
@@ -91,17 +90,12 @@ impl<'p> Resolver<'p> {
             class_of: HashMap::new(),
             seen: Vec::new(),
             seen_map: HashMap::new(),
-            last: Vec::new(),
-            last_class: SKIP,
             slow_override: slow_override.map(fusebox_classify::clock::duration_nanos),
         }
     }
 
     #[inline]
     fn resolve(&mut self, route: &[u8]) -> Result<u32, String> {
-        if !self.last.is_empty() && route == self.last.as_slice() {
-            return Ok(self.last_class);
-        }
         let found = match self.seen.iter().find(|(r, _)| {
             // Lengths and first bytes first: most candidates differ there.
             r.len() == route.len()
@@ -123,9 +117,6 @@ impl<'p> Resolver<'p> {
                 }
             },
         };
-        self.last.clear();
-        self.last.extend_from_slice(route);
-        self.last_class = found;
         Ok(found)
     }
 
@@ -370,6 +361,11 @@ struct BreakerRun {
     flap_window: u64,
     t0: u64,
     incident: Option<(u64, u64)>,
+    /// The breaker's state and generation, as its transitions said: while CLOSED,
+    /// admission needs no question to the state machine (it admits every call, as
+    /// counted, in the current generation, and changes nothing).
+    closed: bool,
+    generation: u64,
 }
 
 impl BreakerRun {
@@ -385,6 +381,8 @@ impl BreakerRun {
             flap_window,
             t0: 0,
             incident,
+            closed: true,
+            generation: 0,
         }
     }
 
@@ -403,7 +401,7 @@ impl BreakerRun {
 
     #[inline]
     fn complete(&mut self, p: Pending) {
-        let permit = p.permit(self.sim.generation());
+        let permit = p.permit(self.generation);
         if p.verdict() == IGNORED {
             self.sim.release(permit);
             return;
@@ -420,10 +418,15 @@ impl BreakerRun {
     fn call(&mut self, at: u64, verdict: u8, slow: bool, latency: u64) {
         self.drain_until(at);
         self.stats.calls += 1;
-        let (admitted, moved) = self.sim.acquire(Nanos(at));
-        if let Some(t) = moved {
-            self.moved(&t);
-        }
+        let admitted = if self.closed {
+            Ok(Permit::new(self.generation, PermitKind::Counted))
+        } else {
+            let (admitted, moved) = self.sim.acquire(Nanos(at));
+            if let Some(t) = moved {
+                self.moved(&t);
+            }
+            admitted
+        };
         match admitted {
             Ok(permit) => {
                 self.stats.admitted += 1;
@@ -474,6 +477,8 @@ impl BreakerRun {
     #[cold]
     fn moved(&mut self, t: &Transition) {
         let at = t.at.0;
+        self.closed = t.to == State::Closed;
+        self.generation = t.generation;
         self.add_time(t.from, at.saturating_sub(self.last_change));
         self.last_change = at;
         if t.from == State::Closed && t.to == State::Open {
