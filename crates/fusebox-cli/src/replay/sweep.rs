@@ -354,14 +354,14 @@ pub fn sweep(
     rows.sort_by_key(|(i, _)| *i);
     let mut rows: Vec<SweepRow> = rows.into_iter().map(|(_, r)| r).collect();
     if incident.is_some() {
-        // Best first: good ones, then by the successes they cost outside the incident,
-        // then by how fast they detected it.
+        // Best first: good ones, then by the successes they cost, then by how fast they
+        // detected the incident.
         rows.sort_by_key(|r| {
             (
                 r.invalid.is_some(),
                 !r.good,
                 r.openings_outside,
-                r.rejected_successes_outside,
+                r.rejected_successes,
                 r.detected_after.unwrap_or(u64::MAX),
             )
         });
