@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub mod alloc;
 pub mod redis_server;
 
 /// What the server does with the next request.

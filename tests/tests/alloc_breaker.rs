@@ -12,9 +12,9 @@
 use bytes::Bytes;
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State};
 use fusebox_classify::{Route, RouteTable};
+use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use http::{Request, Response};
 use http_body_util::Empty;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -53,60 +53,30 @@ fn requests(n: usize) -> Vec<Request<()>> {
         .collect()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime")
-}
-
 fn ok() -> Response<Empty<Bytes>> {
     Response::new(Empty::new())
 }
 
-async fn drive<S>(service: &mut S, requests: Vec<Request<()>>)
-where
-    S: Service<Request<()>>,
-    S::Error: std::fmt::Debug,
-{
-    for request in requests {
-        let response = service
-            .ready()
-            .await
-            .expect("ready")
-            .call(request)
-            .await
-            .expect("a healthy call");
-        black_box(response);
-    }
-}
-
 /// Warms `service` up, then asserts that `CALLS` more calls allocate nothing.
-fn assert_no_allocations<S>(rt: &tokio::runtime::Runtime, mut service: S, what: &str)
+fn assert_no_allocations<S>(rt: &tokio::runtime::Runtime, service: S, what: &str)
 where
     S: Service<Request<()>>,
     S::Error: std::fmt::Debug,
 {
-    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
-    rt.block_on(async {
-        drive(&mut service, warm_up).await;
-        let region = Region::new(GLOBAL);
-        drive(&mut service, measured).await;
-        let change = region.change();
-        assert_eq!(
-            (change.allocations, change.reallocations),
-            (0, 0),
-            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
-            change.allocations,
-            change.reallocations,
-            change.bytes_allocated,
-        );
-    });
+    alloc::assert_no_allocations(
+        GLOBAL,
+        rt,
+        service,
+        requests(WARM_UP),
+        requests(CALLS),
+        alloc::discard,
+        what,
+    );
 }
 
 #[test]
 fn closed_healthy_calls_allocate_nothing() {
-    let rt = runtime();
+    let rt = alloc::runtime();
     let _guard = rt.enter();
 
     // Count window, no slow-call threshold: the clock is never read.

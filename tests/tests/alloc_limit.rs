@@ -11,9 +11,9 @@ use fusebox_limit::{
     AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitConfigBuilder, ConcurrencyLimitLayer,
     Partitions, Release,
 };
+use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -50,56 +50,29 @@ fn inner()
     })
 }
 
-async fn drive<S, B>(service: &mut S, requests: Vec<Request<()>>)
+fn assert_no_allocations<S, B>(service: S, what: &str)
 where
     S: Service<Request<()>, Response = Response<B>>,
     S::Error: std::fmt::Debug,
     B: http_body::Body + Unpin,
     B::Error: std::fmt::Debug,
 {
-    for request in requests {
-        let response = service
-            .ready()
-            .await
-            .expect("ready")
-            .call(request)
-            .await
-            .expect("a healthy call");
+    alloc::assert_no_allocations(
+        GLOBAL,
+        &alloc::runtime(),
+        service,
+        requests(WARM_UP),
+        requests(CALLS),
         // Read the body to its end (what gives a body-held permit back), without
         // collecting it into a buffer.
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            black_box(frame.expect("a frame"));
-        }
-    }
-}
-
-fn assert_no_allocations<S, B>(mut service: S, what: &str)
-where
-    S: Service<Request<()>, Response = Response<B>>,
-    S::Error: std::fmt::Debug,
-    B: http_body::Body + Unpin,
-    B::Error: std::fmt::Debug,
-{
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime");
-    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
-    rt.block_on(async {
-        drive(&mut service, warm_up).await;
-        let region = Region::new(GLOBAL);
-        drive(&mut service, measured).await;
-        let change = region.change();
-        assert_eq!(
-            (change.allocations, change.reallocations),
-            (0, 0),
-            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
-            change.allocations,
-            change.reallocations,
-            change.bytes_allocated,
-        );
-    });
+        async |response: Response<B>| {
+            let mut body = response.into_body();
+            while let Some(frame) = body.frame().await {
+                black_box(frame.expect("a frame"));
+            }
+        },
+        what,
+    );
 }
 
 #[test]

@@ -15,9 +15,9 @@ use fusebox::{
     CircuitBreakerConfig, Fallback, KeyBy, Policy, RecoveryRamp, RetryConfig, Route, RouteTable,
 };
 use fusebox_retry::ReplayBody;
+use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use http::{Request, Response};
 use http_body_util::Empty;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -75,51 +75,20 @@ fn requests(n: usize) -> Vec<Request<Body>> {
         .collect()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime")
-}
-
-async fn drive<S>(service: &mut S, requests: Vec<Request<Body>>)
+fn assert_no_allocations<S>(service: S, what: &str)
 where
     S: Service<Request<Body>>,
     S::Error: std::fmt::Debug,
 {
-    for request in requests {
-        let response = service
-            .ready()
-            .await
-            .expect("ready")
-            .call(request)
-            .await
-            .expect("a healthy call");
-        black_box(response);
-    }
-}
-
-fn assert_no_allocations<S>(mut service: S, what: &str)
-where
-    S: Service<Request<Body>>,
-    S::Error: std::fmt::Debug,
-{
-    let rt = runtime();
-    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
-    rt.block_on(async {
-        drive(&mut service, warm_up).await;
-        let region = Region::new(GLOBAL);
-        drive(&mut service, measured).await;
-        let change = region.change();
-        assert_eq!(
-            (change.allocations, change.reallocations),
-            (0, 0),
-            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
-            change.allocations,
-            change.reallocations,
-            change.bytes_allocated,
-        );
-    });
+    alloc::assert_no_allocations(
+        GLOBAL,
+        &alloc::runtime(),
+        service,
+        requests(WARM_UP),
+        requests(CALLS),
+        alloc::discard,
+        what,
+    );
 }
 
 fn ready() -> impl Service<
@@ -169,7 +138,7 @@ fn healthy_bodiless_calls_through_a_full_policy_allocate_nothing() {
     assert_no_allocations(policy.layer(ready()), "no layers");
 
     // The counter really counts: a call carrying headers copies them for a retry.
-    let rt = runtime();
+    let rt = alloc::runtime();
     rt.block_on(async {
         let mut service = full().build().expect("a valid policy").layer(ready());
         let request = Request::get("http://127.0.0.1:8080/users/42")

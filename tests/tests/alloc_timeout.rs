@@ -8,10 +8,10 @@
 
 use bytes::Bytes;
 use fusebox_classify::{Route, RouteTable};
+use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use fusebox_timeout::{TimeoutConfig, TimeoutLayer};
 use http::{Request, Response};
 use http_body_util::Empty;
-use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::convert::Infallible;
 use std::hint::black_box;
@@ -67,51 +67,20 @@ fn requests(n: usize) -> Vec<Request<()>> {
         .collect()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a runtime")
-}
-
-async fn drive<S>(service: &mut S, requests: Vec<Request<()>>)
+fn assert_no_allocations<S>(service: S, what: &str)
 where
     S: Service<Request<()>>,
     S::Error: std::fmt::Debug,
 {
-    for request in requests {
-        let response = service
-            .ready()
-            .await
-            .expect("ready")
-            .call(request)
-            .await
-            .expect("a healthy call");
-        black_box(response);
-    }
-}
-
-fn assert_no_allocations<S>(mut service: S, what: &str)
-where
-    S: Service<Request<()>>,
-    S::Error: std::fmt::Debug,
-{
-    let rt = runtime();
-    let (warm_up, measured) = (requests(WARM_UP), requests(CALLS));
-    rt.block_on(async {
-        drive(&mut service, warm_up).await;
-        let region = Region::new(GLOBAL);
-        drive(&mut service, measured).await;
-        let change = region.change();
-        assert_eq!(
-            (change.allocations, change.reallocations),
-            (0, 0),
-            "{what}: {} allocations and {} reallocations ({} bytes) over {CALLS} calls",
-            change.allocations,
-            change.reallocations,
-            change.bytes_allocated,
-        );
-    });
+    alloc::assert_no_allocations(
+        GLOBAL,
+        &alloc::runtime(),
+        service,
+        requests(WARM_UP),
+        requests(CALLS),
+        alloc::discard,
+        what,
+    );
 }
 
 #[test]
@@ -141,7 +110,7 @@ fn healthy_calls_without_a_deadline_allocate_nothing() {
 
     // The counter really counts: a call that carries a deadline formats headers.
     // (One test function: the counter is global, and tests in one binary run in parallel.)
-    let rt = runtime();
+    let rt = alloc::runtime();
     rt.block_on(async {
         let inner = tower::service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))

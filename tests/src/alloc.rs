@@ -1,0 +1,80 @@
+//! The zero-allocation check shared by the `alloc_*` test binaries.
+//!
+//! Each binary installs a counting global allocator (stats_alloc's: the workspace forbids
+//! `unsafe`, which a hand-written `GlobalAlloc` needs) and hands it here. The calls run on a
+//! current-thread runtime on the test's thread; after a warm-up, which fills lazily grown
+//! buffers such as the runtime's, every allocation or reallocation made during the measured
+//! calls fails the check.
+
+use std::alloc::System;
+use std::fmt::Debug;
+use std::hint::black_box;
+use tokio::runtime::Runtime;
+use tower::{Service, ServiceExt};
+
+pub use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+/// A current-thread runtime with time enabled.
+pub fn runtime() -> Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime")
+}
+
+/// Consumes a response by dropping it (through `black_box`, so it is not optimised away).
+pub async fn discard<T>(response: T) {
+    black_box(response);
+}
+
+/// Calls `service` with each request in turn and hands each response to `consume`.
+pub async fn drive<S, Req>(
+    service: &mut S,
+    requests: Vec<Req>,
+    consume: &mut impl AsyncFnMut(S::Response),
+) where
+    S: Service<Req>,
+    S::Error: Debug,
+{
+    for request in requests {
+        let response = service
+            .ready()
+            .await
+            .expect("ready")
+            .call(request)
+            .await
+            .expect("a healthy call");
+        consume(response).await;
+    }
+}
+
+/// Drives `service` through `warm_up`, then asserts that the `measured` calls (with
+/// `consume` run on each response) allocate and reallocate nothing, as counted by `global`.
+pub fn assert_no_allocations<S, Req>(
+    global: &'static StatsAlloc<System>,
+    rt: &Runtime,
+    mut service: S,
+    warm_up: Vec<Req>,
+    measured: Vec<Req>,
+    mut consume: impl AsyncFnMut(S::Response),
+    what: &str,
+) where
+    S: Service<Req>,
+    S::Error: Debug,
+{
+    let calls = measured.len();
+    rt.block_on(async {
+        drive(&mut service, warm_up, &mut consume).await;
+        let region = Region::new(global);
+        drive(&mut service, measured, &mut consume).await;
+        let change = region.change();
+        assert_eq!(
+            (change.allocations, change.reallocations),
+            (0, 0),
+            "{what}: {} allocations and {} reallocations ({} bytes) over {calls} calls",
+            change.allocations,
+            change.reallocations,
+            change.bytes_allocated,
+        );
+    });
+}
