@@ -78,3 +78,22 @@ pub fn assert_no_allocations<S, Req>(
         );
     });
 }
+
+/// `n` requests cycling through `targets` (method and URI), each with a body from `body`.
+/// Built before counting: building a request with a URI allocates.
+pub fn requests<B>(
+    targets: &[(http::Method, &str)],
+    n: usize,
+    body: impl Fn() -> B,
+) -> Vec<http::Request<B>> {
+    (0..n)
+        .map(|i| {
+            let (method, uri) = &targets[i % targets.len()];
+            http::Request::builder()
+                .method(method.clone())
+                .uri(*uri)
+                .body(body())
+                .expect("a valid request")
+        })
+        .collect()
+}

@@ -41,16 +41,11 @@ fn config() -> CircuitBreakerConfig {
 /// Requests built before counting (building one is allocation-free too, but the test
 /// measures the breaker, not `http`).
 fn requests(n: usize) -> Vec<Request<()>> {
-    (0..n)
-        .map(|i| {
-            let builder = if i % 2 == 0 {
-                Request::get("/users/42")
-            } else {
-                Request::put("/users/42")
-            };
-            builder.body(()).expect("a valid request")
-        })
-        .collect()
+    let targets = &[
+        (http::Method::GET, "/users/42"),
+        (http::Method::PUT, "/users/42"),
+    ];
+    alloc::requests(targets, n, || ())
 }
 
 fn ok() -> Response<Empty<Bytes>> {

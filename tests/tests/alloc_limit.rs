@@ -32,14 +32,12 @@ fn config() -> ConcurrencyLimitConfigBuilder {
 
 /// Requests built before counting: building a request with a URI allocates.
 fn requests(n: usize) -> Vec<Request<()>> {
-    let paths = ["/checkout", "/search", "/other"];
-    (0..n)
-        .map(|i| {
-            Request::get(paths[i % paths.len()])
-                .body(())
-                .expect("a valid request")
-        })
-        .collect()
+    let targets = &[
+        (http::Method::GET, "/checkout"),
+        (http::Method::GET, "/search"),
+        (http::Method::GET, "/other"),
+    ];
+    alloc::requests(targets, n, || ())
 }
 
 fn inner()

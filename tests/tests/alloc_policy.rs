@@ -58,21 +58,12 @@ fn full() -> fusebox::PolicyBuilder {
 }
 
 fn requests(n: usize) -> Vec<Request<Body>> {
-    let targets = [
+    let targets = &[
         (http::Method::GET, "http://127.0.0.1:8080/users/42"),
         (http::Method::POST, "http://127.0.0.1:8080/pkg.Ledger/Post"),
         (http::Method::DELETE, "http://127.0.0.1:8080/health"),
     ];
-    (0..n)
-        .map(|i| {
-            let (method, uri) = &targets[i % targets.len()];
-            Request::builder()
-                .method(method.clone())
-                .uri(*uri)
-                .body(Empty::new())
-                .expect("a valid request")
-        })
-        .collect()
+    alloc::requests(targets, n, Empty::new)
 }
 
 fn assert_no_allocations<S>(service: S, what: &str)
