@@ -108,10 +108,10 @@ mod schema;
 
 use self::node::Node;
 use self::schema::{
-    ADAPTIVE, AIMD_ONLY, BREAKER, Field, LIMIT, POLICY, QUEUE, RAMP, RETRY, ROUTE, TIMEOUT,
+    ADAPTIVE, AIMD_ONLY, BREAKER, Field, LIMIT, POLICY, QUEUE, RAMP, RETRY, ROUTE, STORE, TIMEOUT,
     VEGAS_ONLY, check_table, join,
 };
-use crate::policy::{Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
+use crate::policy::{BreakerStore, Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
 use fusebox_breaker::{BreakerEvent, CircuitBreakerConfig, OnClose};
 use fusebox_classify::Protocol;
 use fusebox_classify::{
@@ -331,6 +331,20 @@ fn check_policy(node: &Node, path: &str, v: &mut Validator) {
             "set either count_window or time_window, not both",
         );
     }
+    if let Some(store) = node.get("breaker").and_then(|b| b.get("store"))
+        && let Some(Ok("memory")) = store
+            .get("kind")
+            .map(|k| schema::one_of(k, &["memory", "redis"]))
+    {
+        for (key, _) in store.as_map().unwrap_or(&[]) {
+            if key != "kind" && STORE.iter().any(|(k, _)| k == key) {
+                v.fail(
+                    format!("{path}.breaker.store.{key}"),
+                    "only read with kind = \"redis\"",
+                );
+            }
+        }
+    }
     if let Some(limit) = node.get("limit") {
         if limit.get("max_concurrency").is_some() && limit.get("adaptive").is_some() {
             v.fail(
@@ -394,8 +408,14 @@ impl Origins {
                     }
                     continue;
                 }
-                for (field, _) in table.as_map().unwrap_or(&[]) {
+                for (field, value) in table.as_map().unwrap_or(&[]) {
                     self.insert(format!("{section}.{field}"), prefix);
+                    // `breaker.store` merges key by key: each key has its own origin.
+                    if *section == "breaker" && field == "store" {
+                        for (key, _) in value.as_map().unwrap_or(&[]) {
+                            self.insert(format!("{section}.{field}.{key}"), prefix);
+                        }
+                    }
                 }
             }
         }
@@ -430,9 +450,14 @@ impl Origins {
             },
         };
         let rest = rest.map(|r| rename(section, r));
-        let field = rest.as_deref().map(|r| r.split('.').next().unwrap_or(r));
-        let origin = field
-            .and_then(|f| self.map.get(&format!("{section}.{f}")))
+        // The most specific recorded key: `breaker.store.url`, else `breaker.store`, else
+        // `breaker`.
+        let mut fields = rest.as_deref().map(|r| r.split('.')).into_iter().flatten();
+        let field = fields.next();
+        let nested = field.zip(fields.next());
+        let origin = nested
+            .and_then(|(f, g)| self.map.get(&format!("{section}.{f}.{g}")))
+            .or_else(|| field.and_then(|f| self.map.get(&format!("{section}.{f}"))))
             .or_else(|| self.map.get(section))
             .unwrap_or(&self.policy);
         match rest {
@@ -467,6 +492,10 @@ fn rename(section: &str, path: &str) -> String {
             ("window.size", "count_window"),
             ("window.duration", "time_window"),
             ("window.buckets", "time_window_buckets"),
+            // The Redis store's scope is one string in a file.
+            ("store.scope.dep", "store.scope"),
+            ("store.scope.region", "store.scope"),
+            ("store.scope.tenant", "store.scope"),
         ]
         .iter()
         .find(|(from, _)| path == *from)
@@ -596,6 +625,16 @@ fn describe(name: &str, levels: &[(&str, &Node)]) -> PolicyBuilder {
         }
         if let Some(idle) = breaker.duration("idle_timeout") {
             b = b.idle_timeout(idle);
+        }
+        let store = Section::of(
+            breaker
+                .levels
+                .iter()
+                .filter_map(|n| n.get("store"))
+                .collect(),
+        );
+        if store.present() {
+            b = b.breaker_store(store_config(&store));
         }
     }
 
@@ -764,6 +803,154 @@ fn breaker_config(
             _ => KeyBy::Route,
         });
     (b, key)
+}
+
+/// `breaker.store`: in memory, or on Redis. Problems are reported at the store's keys
+/// (`url`, `scope`, `flush_interval`, ...), under `breaker.store`.
+fn store_config(s: &Section<'_>) -> Result<BreakerStore, ConfigError> {
+    match s.get("kind", |n| schema::one_of(n, &["memory", "redis"])) {
+        Some("memory") => Ok(BreakerStore::InMemory),
+        Some(_) => redis_store(s),
+        // A `kind` of the wrong type was reported when the file was checked.
+        None if s.node("kind").is_some() => Ok(BreakerStore::InMemory),
+        None => Err(ConfigError::new(
+            "kind",
+            "is required: \"memory\" or \"redis\"",
+        )),
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+fn redis_store(_: &Section<'_>) -> Result<BreakerStore, ConfigError> {
+    Err(ConfigError::new(
+        "kind",
+        "is \"redis\", which needs fusebox's `redis` feature, and this build does not have it: enable the feature, or use kind = \"memory\"",
+    ))
+}
+
+#[cfg(feature = "redis")]
+fn redis_store(s: &Section<'_>) -> Result<BreakerStore, ConfigError> {
+    use fusebox_redis::{Fallback as OnOutage, RedisStoreConfig};
+
+    let mut problems: Option<ConfigError> = None;
+    let mut fail = |path: &str, rule: String| {
+        let one = ConfigError::new(path, rule);
+        match &mut problems {
+            Some(all) => all.extend(one),
+            None => problems = Some(one),
+        }
+    };
+    let url = match s.string("url") {
+        Some(url) => url,
+        None => {
+            // A `url` of the wrong type was reported when the file was checked; check the
+            // other keys against a stand-in.
+            if s.node("url").is_none() {
+                fail(
+                    "url",
+                    "is required with kind = \"redis\": a URL such as \"redis://127.0.0.1:6379/0\""
+                        .into(),
+                );
+            }
+            "redis://127.0.0.1:6379/0".to_owned()
+        }
+    };
+    let mut b = RedisStoreConfig::builder(url);
+    if let Some(scope) = s.string("scope") {
+        match parse_scope(&scope) {
+            Ok(scope) => b = b.scope(scope),
+            Err(rule) => fail("scope", rule),
+        }
+    }
+    if let Some(x) = s.string("prefix") {
+        b = b.prefix(x);
+    }
+    match s.get("mode", |n| schema::one_of(n, &["strict", "batched"])) {
+        Some("strict") => b = b.strict(),
+        _ => {
+            if let Some(flush) = s.duration("flush_interval") {
+                b = b.batched(flush);
+            }
+        }
+    }
+    if let Some(x) = s.duration("timeout") {
+        b = b.timeout(x);
+    }
+    if let Some(x) = s.duration("poll_interval") {
+        b = b.poll_interval(x);
+    }
+    if let Some(x) = s.duration("retry_interval") {
+        b = b.retry_interval(x);
+    }
+    if let Some(x) = s.duration("probe_lease") {
+        b = b.probe_lease(x);
+    }
+    if let Some(x) = s.duration("idle_ttl") {
+        b = b.idle_ttl(x);
+    }
+    if let Some(x) = s.usize("max_in_flight") {
+        b = b.max_in_flight(x);
+    }
+    if let Some(x) = s.get("fallback", |n| {
+        schema::one_of(n, &["local", "fail_open", "fail_closed"])
+    }) {
+        b = b.fallback(match x {
+            "fail_open" => OnOutage::FailOpen,
+            "fail_closed" => OnOutage::FailClosed,
+            _ => OnOutage::Local,
+        });
+    }
+    for key in s.get("shared_keys", schema::strings).unwrap_or_default() {
+        b = b.share_key(key);
+    }
+    match (b.build(), problems) {
+        (Ok(config), None) => Ok(BreakerStore::from(config)),
+        (Ok(_), Some(problems)) => Err(problems),
+        (Err(e), None) => Err(e),
+        (Err(e), Some(mut problems)) => {
+            problems.extend(e);
+            Err(problems)
+        }
+    }
+}
+
+/// A scope as a file writes it, as its keys in Redis show it: `"dep:payments"`,
+/// `"dep:payments:region:eu:tenant:acme"`, or `"region:eu"` (the dependency is then the
+/// breaker's name). Each part's value is checked by the store's own rule.
+#[cfg(feature = "redis")]
+fn parse_scope(text: &str) -> Result<fusebox_redis::Scope, String> {
+    let rule = || {
+        format!(
+            "must be \"dep:<name>\", optionally followed by \":region:<region>\" and \":tenant:<tenant>\", got {text:?}"
+        )
+    };
+    let parts: Vec<&str> = text.split(':').collect();
+    if !parts.len().is_multiple_of(2) {
+        return Err(rule());
+    }
+    let (mut dep, mut region, mut tenant) = (None, None, None);
+    for pair in parts.chunks(2) {
+        let slot = match pair[0] {
+            "dep" => &mut dep,
+            "region" => &mut region,
+            "tenant" => &mut tenant,
+            _ => return Err(rule()),
+        };
+        if slot.replace(pair[1]).is_some() {
+            return Err(format!("names {:?} twice in {text:?}", pair[0]));
+        }
+    }
+    let mut scope = match dep {
+        Some(d) => fusebox_redis::Scope::dep(d),
+        None => fusebox_redis::Scope::breaker_name(),
+    };
+    if let Some(r) = region {
+        scope = scope.region(r);
+    }
+    if let Some(t) = tenant {
+        scope = scope.tenant(t);
+    }
+    Ok(scope)
 }
 
 fn limit_config(s: &Section<'_>, policy: &str) -> fusebox_limit::ConcurrencyLimitConfigBuilder {
@@ -963,7 +1150,7 @@ impl FilePolicy {
 }
 
 // A compile-time check that every known-key table is used.
-const _: [&[Field]; 7] = [BREAKER, LIMIT, TIMEOUT, RETRY, RAMP, QUEUE, ADAPTIVE];
+const _: [&[Field]; 8] = [BREAKER, LIMIT, TIMEOUT, RETRY, RAMP, QUEUE, ADAPTIVE, STORE];
 
 #[cfg(test)]
 mod tests;

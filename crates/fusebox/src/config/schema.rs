@@ -17,6 +17,8 @@ pub(crate) enum Kind {
     /// A duration, or `"none"`.
     OptDuration,
     Str,
+    /// A list of strings.
+    Strs,
     OneOf(&'static [&'static str]),
     /// A list of HTTP status codes.
     Statuses,
@@ -68,6 +70,28 @@ pub(crate) const BREAKER: &[Field] = &[
     ("key", Kind::OneOf(&["host", "authority", "route"])),
     ("max_keys", USIZE),
     ("idle_timeout", Kind::Duration),
+    ("store", Kind::Table(STORE)),
+];
+
+/// `breaker.store`: where the breaker keeps its state.
+pub(crate) const STORE: &[Field] = &[
+    ("kind", Kind::OneOf(&["memory", "redis"])),
+    ("url", Kind::Str),
+    ("scope", Kind::Str),
+    ("prefix", Kind::Str),
+    ("mode", Kind::OneOf(&["strict", "batched"])),
+    ("flush_interval", Kind::Duration),
+    ("timeout", Kind::Duration),
+    ("poll_interval", Kind::Duration),
+    ("retry_interval", Kind::Duration),
+    ("probe_lease", Kind::Duration),
+    ("idle_ttl", Kind::Duration),
+    ("max_in_flight", USIZE),
+    (
+        "fallback",
+        Kind::OneOf(&["local", "fail_open", "fail_closed"]),
+    ),
+    ("shared_keys", Kind::Strs),
 ];
 
 pub(crate) const LIMIT: &[Field] = &[
@@ -180,6 +204,7 @@ fn check_value(node: &Node, kind: Kind) -> Result<(), String> {
         Kind::Duration => duration(node).map(drop),
         Kind::OptDuration => opt_duration(node).map(drop),
         Kind::Str => string(node).map(drop),
+        Kind::Strs => strings(node).map(drop),
         Kind::OneOf(options) => one_of(node, options).map(drop),
         Kind::Statuses => statuses(node).map(drop),
         // Tables are checked by `check_table`, named tables by the caller.
@@ -290,6 +315,19 @@ pub(crate) fn string(node: &Node) -> Result<String, String> {
         Node::Str(s) => Ok(s.clone()),
         other => Err(format!("must be a string, got {}", other.show())),
     }
+}
+
+pub(crate) fn strings(node: &Node) -> Result<Vec<String>, String> {
+    let Node::List(items) = node else {
+        return Err(format!("must be a list of strings, got {}", node.show()));
+    };
+    items
+        .iter()
+        .map(|item| match item {
+            Node::Str(s) => Ok(s.clone()),
+            other => Err(format!("must be a list of strings, got {}", other.show())),
+        })
+        .collect()
 }
 
 pub(crate) fn one_of(node: &Node, options: &[&'static str]) -> Result<&'static str, String> {

@@ -4,7 +4,9 @@ use fusebox_classify::{Call, Classified, Classifier, Outcome, RouteId};
 use fusebox_limit::Limit;
 use http::{HeaderMap, Method, StatusCode};
 
+#[cfg(feature = "toml")]
 const EXAMPLE_TOML: &str = include_str!("../../../../examples/fusebox.toml");
+#[cfg(feature = "yaml")]
 const EXAMPLE_YAML: &str = include_str!("../../../../examples/fusebox.yaml");
 
 fn problems(e: &ConfigError) -> Vec<String> {

@@ -1,7 +1,8 @@
 //! The response body of a [`PolicyService`](crate::PolicyService).
 
+use crate::policy::store::PolicyStore;
 use bytes::Bytes;
-use fusebox_breaker::{EosRecorder, MemoryStore};
+use fusebox_breaker::EosRecorder;
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
 use fusebox_limit::Completion;
 use http_body::{Body, Frame, SizeHint};
@@ -13,7 +14,7 @@ use std::task::{Context, Poll};
 /// The body the layers of a policy make of the dependency's body `B`: the breaker's and
 /// the limit's end-of-stream bookkeeping around it.
 pub type StackBody<B, C> =
-    ClassifiedBody<ClassifiedBody<B, Completion<C>>, EosRecorder<C, MemoryStore>>;
+    ClassifiedBody<ClassifiedBody<B, Completion<C>>, EosRecorder<C, PolicyStore>>;
 
 /// The response body of a policy: the dependency's body as the layers wrap it, or the body
 /// of a [fallback](crate::Fallback) response.

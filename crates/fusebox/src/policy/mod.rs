@@ -71,6 +71,7 @@ mod key;
 mod ramp;
 mod service;
 pub mod stack;
+mod store;
 
 pub use self::body::{PolicyBody, StackBody};
 pub use self::fallback::{FALLBACKS_TOTAL, Fallback, FallbackContext, FallbackReason};
@@ -78,12 +79,13 @@ pub use self::future::ResponseFuture;
 pub use self::key::{BreakerKey, KeyBy};
 pub use self::ramp::RecoveryRamp;
 pub use self::service::PolicyService;
+pub use self::store::{BreakerStore, PolicyStore};
 
 use self::fallback::Armed;
 use self::ramp::Ramp;
 use fusebox_breaker::{
     BreakerEvent, BreakerHandle, CircuitBreakerConfig, CircuitBreakerConfigBuilder,
-    CircuitBreakerLayer, InMemory, KeyedBreakerHandle, KeyedCircuitBreakerLayer, MemoryStore,
+    CircuitBreakerLayer, KeyedBreakerHandle, KeyedCircuitBreakerLayer,
 };
 use fusebox_classify::{
     Classifier, ConfigError, RouteTable, RouteTableBuilder, StandardClassifier, Validator,
@@ -148,6 +150,44 @@ impl<C: Classifier> IntoConfig<RouteTable<C>> for RouteTableBuilder<C> {
     }
 }
 
+impl IntoConfig<BreakerStore> for fusebox_breaker::InMemory {
+    fn into_config(self) -> Result<BreakerStore, ConfigError> {
+        Ok(BreakerStore::InMemory)
+    }
+}
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl IntoConfig<BreakerStore> for fusebox_redis::OnRedis {
+    fn into_config(self) -> Result<BreakerStore, ConfigError> {
+        Ok(BreakerStore::Redis(self))
+    }
+}
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl IntoConfig<BreakerStore> for fusebox_redis::RedisStoreConfig {
+    fn into_config(self) -> Result<BreakerStore, ConfigError> {
+        Ok(BreakerStore::from(self))
+    }
+}
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl IntoConfig<BreakerStore> for fusebox_redis::RedisStoreConfigBuilder {
+    fn into_config(self) -> Result<BreakerStore, ConfigError> {
+        self.build().map(BreakerStore::from)
+    }
+}
+
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+impl IntoConfig<BreakerStore> for Result<fusebox_redis::RedisStoreConfig, ConfigError> {
+    fn into_config(self) -> Result<BreakerStore, ConfigError> {
+        self.map(BreakerStore::from)
+    }
+}
+
 type Listener = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
 
 /// Builds a [`Policy`]. Nothing is checked until [`build`](PolicyBuilder::build), which
@@ -159,6 +199,7 @@ pub struct PolicyBuilder<C = StandardClassifier> {
     limit: Option<Result<ConcurrencyLimitConfig, ConfigError>>,
     breaker: Option<Result<CircuitBreakerConfig, ConfigError>>,
     breaker_key: Option<KeyBy>,
+    breaker_store: Option<Result<BreakerStore, ConfigError>>,
     max_keys: Option<usize>,
     idle_timeout: Option<Duration>,
     listeners: Vec<Listener>,
@@ -176,6 +217,7 @@ impl<C> fmt::Debug for PolicyBuilder<C> {
             .field("limit", &self.limit)
             .field("breaker", &self.breaker)
             .field("breaker_key", &self.breaker_key)
+            .field("breaker_store", &self.breaker_store)
             .field("retry", &self.retry.as_ref().map(|r| r.is_ok()))
             .field("fallback", &self.fallback)
             .field("recovery_ramp", &self.ramp)
@@ -196,6 +238,7 @@ impl Policy {
             limit: None,
             breaker: None,
             breaker_key: None,
+            breaker_store: None,
             max_keys: None,
             idle_timeout: None,
             listeners: Vec::new(),
@@ -226,6 +269,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             limit: self.limit,
             breaker: self.breaker,
             breaker_key: self.breaker_key,
+            breaker_store: self.breaker_store,
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
             listeners: self.listeners,
@@ -283,6 +327,65 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
     pub fn breaker_key(mut self, key: KeyBy) -> Self {
         self.breaker_key = Some(key);
+        self
+    }
+
+    /// Where the breaker keeps its state (default: [`BreakerStore::InMemory`], in this
+    /// process; needs [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
+    ///
+    /// With the `redis` feature, give it an [`OnRedis`](fusebox_redis::OnRedis), a
+    /// [`RedisStoreConfig`](fusebox_redis::RedisStoreConfig) or its builder: every
+    /// replica whose policy names the same Redis and scope then shares one breaker — one
+    /// window (the fleet opens after `minimum_calls` in total, not per replica), one state,
+    /// and one half-open probe budget fleet-wide. Building connects to nothing and never
+    /// blocks; until Redis answers, and whenever it does not, the breaker decides on this
+    /// replica's own calls (the store's [`Fallback`](fusebox_redis::Fallback)), so Redis
+    /// being down never fails a call by itself.
+    ///
+    /// [`build`](PolicyBuilder::build) reports, under `breaker.store`, the store
+    /// configuration's own problems and how it fits the breaker:
+    ///
+    /// - the scope's dependency defaults to the breaker's name, which must then be a valid
+    ///   scope part (`breaker.store.scope.dep`);
+    /// - a keyed breaker ([`breaker_key`](PolicyBuilder::breaker_key)) shares on Redis only
+    ///   the keys its store lists (`share_key`; keys computed from requests never reach
+    ///   Redis otherwise), so it must list at least one (`breaker.store.shared_keys`), and
+    ///   an unkeyed breaker must list none;
+    /// - a breaker keyed by [`KeyBy::Route`] cannot share its keys: route names
+    ///   (`"GET /users/{id}"`) are not valid scope parts (`breaker.store`).
+    ///
+    /// ```
+    /// # #[cfg(feature = "redis")] {
+    /// use fusebox::redis::{RedisStoreConfig, Scope};
+    /// use fusebox::{CircuitBreakerConfig, Policy};
+    /// use std::time::Duration;
+    ///
+    /// // Every replica of the payments service builds the same policy.
+    /// let policy = Policy::builder("payments")
+    ///     .circuit_breaker(CircuitBreakerConfig::builder("payments").minimum_calls(50))
+    ///     .breaker_store(
+    ///         RedisStoreConfig::builder("redis://127.0.0.1:6379/0")
+    ///             .scope(Scope::dep("payments").region("eu"))
+    ///             .batched(Duration::from_millis(5)),
+    ///     )
+    ///     .build()?;
+    /// // Nothing has connected: until Redis answers, the local fallback decides.
+    /// assert_eq!(policy.breaker_handle().map(|h| h.state()), Some(fusebox::breaker::State::Closed));
+    /// assert!(policy.breaker_store().redis().is_some());
+    ///
+    /// // A keyed breaker must say which keys the fleet shares.
+    /// let err = Policy::builder("partners")
+    ///     .circuit_breaker(CircuitBreakerConfig::builder("partners"))
+    ///     .breaker_key(fusebox::KeyBy::Host)
+    ///     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0"))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.problems()[0].path(), "breaker.store.shared_keys");
+    /// # }
+    /// # Ok::<(), fusebox::ConfigError>(())
+    /// ```
+    pub fn breaker_store(mut self, store: impl IntoConfig<BreakerStore>) -> Self {
+        self.breaker_store = Some(store.into_config());
         self
     }
 
@@ -352,14 +455,24 @@ impl<C: Classifier> PolicyBuilder<C> {
         // cross-checks: its own problems are reported under its path.
         let has_breaker = self.breaker.is_some();
         let has_limit = self.limit.is_some();
+        let has_store = self.breaker_store.is_some();
         let routes = v.nested("", self.routes);
         let timeout = self.timeout.and_then(|t| v.nested("timeout", t));
         let limit = self.limit.and_then(|l| v.nested("limit", l));
         let breaker = self.breaker.and_then(|b| v.nested("breaker", b));
+        let store = self
+            .breaker_store
+            .and_then(|s| v.nested("breaker.store", s));
         let retry = self.retry.and_then(|r| v.nested("retry", r));
 
         if self.breaker_key.is_some() && !has_breaker {
             v.fail("breaker_key", "needs a circuit breaker");
+        }
+        if has_store && !has_breaker {
+            v.fail("breaker.store", "needs a circuit breaker");
+        }
+        if let (Some(store), Some(config)) = (&store, &breaker) {
+            store.validate(config, self.breaker_key.as_ref(), &mut v);
         }
         if let Some(ramp) = &self.ramp {
             if !has_breaker {
@@ -428,10 +541,13 @@ impl<C: Classifier> PolicyBuilder<C> {
             },
             _ => None,
         };
+        let store = store.unwrap_or_default();
         let breaker = match breaker {
             None => BreakerLayer::Off,
             Some(config) => {
-                let mut b = CircuitBreakerLayer::builder(config).routes(routes.clone());
+                let mut b = CircuitBreakerLayer::builder(config)
+                    .routes(routes.clone())
+                    .store(store.clone());
                 for listener in self.listeners {
                     b = b.on_event(move |e| listener(e));
                 }
@@ -461,6 +577,7 @@ impl<C: Classifier> PolicyBuilder<C> {
                 breaker,
                 limit,
                 timeout,
+                store,
                 shared: Arc::new(Shared {
                     name: self.name,
                     routes,
@@ -475,8 +592,8 @@ impl<C: Classifier> PolicyBuilder<C> {
 /// The breaker a policy holds.
 pub(crate) enum BreakerLayer<C> {
     Off,
-    Single(CircuitBreakerLayer<C, MemoryStore>),
-    Keyed(KeyedCircuitBreakerLayer<KeyBy, C, InMemory>),
+    Single(CircuitBreakerLayer<C, PolicyStore>),
+    Keyed(KeyedCircuitBreakerLayer<KeyBy, C, BreakerStore>),
 }
 
 /// What every service of a policy shares.
@@ -492,6 +609,8 @@ pub(crate) struct PolicyLayers<C> {
     breaker: BreakerLayer<C>,
     limit: Option<ConcurrencyLimitLayer<C>>,
     timeout: Option<TimeoutLayer<C>>,
+    /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
+    store: BreakerStore,
     shared: Arc<Shared<C>>,
 }
 
@@ -558,6 +677,13 @@ impl<C: Classifier> Policy<C> {
             BreakerLayer::Keyed(b) => Some(b.handle()),
             _ => None,
         }
+    }
+
+    /// Where the breaker keeps its state ([`BreakerStore::InMemory`] when the policy has
+    /// no breaker). With the `redis` feature, [`BreakerStore::redis`] gives the Redis
+    /// connection's state and statistics.
+    pub fn breaker_store(&self) -> &BreakerStore {
+        &self.inner.store
     }
 
     /// A view of the concurrency limit.

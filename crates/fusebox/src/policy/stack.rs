@@ -23,7 +23,7 @@
 //! You rarely need these names: they are public so that [`Stack`], and with it
 //! [`PolicyService`](crate::PolicyService)'s future, can be named.
 
-use fusebox_breaker::{CircuitBreaker, EosRecorder, KeyedCircuitBreaker, MemoryStore};
+use fusebox_breaker::{CircuitBreaker, EosRecorder, KeyedCircuitBreaker};
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier, OnEndOfStream};
 use fusebox_limit::{Completion, ConcurrencyLimit};
 use fusebox_retry::{ReplayBody, Retry};
@@ -38,7 +38,7 @@ use std::task::{Context, Poll, ready};
 use tower_service::Service;
 
 use crate::policy::key::KeyBy;
-use fusebox_breaker::InMemory;
+use crate::policy::store::{BreakerStore, PolicyStore};
 
 /// A layer's service (`On`) or the service it would have wrapped (`Off`).
 #[derive(Debug, Clone)]
@@ -49,13 +49,14 @@ pub enum Optional<On, Off> {
     Off(Off),
 }
 
-/// The circuit-breaker stage: one breaker, one breaker per key, or none.
+/// The circuit-breaker stage: one breaker, one breaker per key, or none; its state in
+/// memory or on Redis ([`PolicyStore`]).
 #[derive(Debug)]
 pub enum BreakerStage<S, C> {
     /// One breaker for every call.
-    Single(CircuitBreaker<S, C, MemoryStore>),
+    Single(CircuitBreaker<S, C, PolicyStore>),
     /// One breaker per key.
-    Keyed(KeyedCircuitBreaker<S, KeyBy, C, InMemory>),
+    Keyed(KeyedCircuitBreaker<S, KeyBy, C, BreakerStore>),
     /// No breaker.
     Off(S),
 }
@@ -277,11 +278,11 @@ where
     RB: Body,
     C: Classifier,
 {
-    type Response = Response<fusebox_breaker::ResponseBody<RB, C, MemoryStore>>;
+    type Response = Response<fusebox_breaker::ResponseBody<RB, C, PolicyStore>>;
     type Error = BoxError;
     type Future = StageFuture<
-        fusebox_breaker::ResponseFuture<S::Future, C, MemoryStore>,
-        Passed<S::Future, Classified<EosRecorder<C, MemoryStore>>>,
+        fusebox_breaker::ResponseFuture<S::Future, C, PolicyStore>,
+        Passed<S::Future, Classified<EosRecorder<C, PolicyStore>>>,
     >;
 
     #[inline]
