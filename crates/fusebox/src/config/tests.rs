@@ -285,3 +285,174 @@ fn yaml_problems_have_the_same_paths() {
         ]
     );
 }
+
+#[cfg(all(feature = "toml", feature = "redis"))]
+#[test]
+fn a_breaker_store_on_redis_is_inherited_key_by_key() {
+    use fusebox_redis::{Fallback as OnOutage, Mode, Scope};
+
+    let file = PolicyFile::from_toml(
+        r#"
+        [defaults.breaker.store]
+        kind = "redis"
+        url = "redis://127.0.0.1:6379/0"
+        mode = "strict"
+        timeout = "20ms"
+
+        [policies.payments.breaker]
+        [policies.payments.breaker.store]
+        scope = "dep:payments:region:eu"
+        fallback = "fail_closed"
+
+        [policies.fraud.breaker]
+        name = "fraud-eu"                   # the scope's dependency, by default
+
+        [policies.partners.breaker]
+        key = "host"
+        [policies.partners.breaker.store]
+        mode = "batched"
+        flush_interval = "2ms"
+        shared_keys = ["api.partner.example"]
+
+        [policies.local.breaker.store]
+        kind = "memory"                     # opts out of the defaults' Redis
+        "#,
+    )
+    .unwrap();
+
+    let payments = file.build("payments").unwrap();
+    let on = payments.breaker_store().redis().expect("on Redis");
+    let config = on.config();
+    assert_eq!(config.url(), "redis://127.0.0.1:6379/0");
+    assert_eq!(config.mode(), Mode::Strict);
+    assert_eq!(config.timeout(), Duration::from_millis(20));
+    assert_eq!(config.fallback(), OnOutage::FailClosed);
+    assert_eq!(config.scope(), &Scope::dep("payments").region("eu"));
+    assert!(!on.is_connected(), "building connects to nothing");
+
+    let fraud = file.build("fraud").unwrap();
+    let config = fraud.breaker_store().redis().expect("on Redis").config();
+    assert_eq!(config.scope(), &Scope::breaker_name());
+    assert_eq!(config.fallback(), OnOutage::Local);
+
+    let partners = file.build("partners").unwrap();
+    let config = partners.breaker_store().redis().expect("on Redis").config();
+    assert_eq!(config.mode(), Mode::Batched);
+    assert_eq!(config.flush_interval(), Duration::from_millis(2));
+    assert_eq!(
+        config.shared_keys().collect::<Vec<_>>(),
+        ["api.partner.example"]
+    );
+    assert!(partners.keyed_breaker_handle().is_some());
+
+    let local = file.build("local").unwrap();
+    assert!(local.breaker_store().is_in_memory());
+    assert!(local.breaker_handle().is_some());
+}
+
+#[cfg(all(feature = "toml", feature = "redis"))]
+#[test]
+fn invalid_store_sections_report_every_problem_at_its_path() {
+    // The values of the store's keys.
+    let err = PolicyFile::from_toml(
+        r#"
+        [defaults.breaker.store]
+        kind = "redis"
+        url = "redis://127.0.0.1:6379/0"
+        flush_interval = "0ms"              # inherited by both policies, reported once
+
+        [policies.payments.breaker.store]
+        scope = "dep:pay ments"
+        mode = "eventually"
+        timout = "20ms"
+        max_in_flight = -1
+
+        [policies.partners.breaker.store]
+        url = "http://nope"
+        scope = "region"
+
+        [policies.memory.breaker.store]
+        kind = "memory"
+        url = "redis://127.0.0.1/"
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "policies.memory.breaker.store.url: only read with kind = \"redis\"",
+            "policies.payments.breaker.store.max_in_flight: must be a whole number within 0..=4294967295, got -1",
+            "policies.payments.breaker.store.mode: must be one of \"strict\", \"batched\", got \"eventually\"",
+            "policies.payments.breaker.store.timout: unknown key; did you mean `timeout`?",
+            "policies.partners.breaker.store.scope: must be \"dep:<name>\", optionally followed by \":region:<region>\" and \":tenant:<tenant>\", got \"region\"",
+            "policies.partners.breaker.store.url: must be a Redis URL (redis://host:port/db), got \"http://nope\": Redis URL did not parse- InvalidClientConfig",
+            "defaults.breaker.store.flush_interval: must be within 1ms..=1s, got 0ns",
+            "policies.payments.breaker.store.scope: must be 1 to 64 ASCII letters, digits, '.', '_' or '-', got \"pay ments\"",
+        ]
+    );
+
+    // How the store fits the breaker.
+    let err = PolicyFile::from_toml(
+        r#"
+        [policies.partners.breaker]
+        key = "host"
+        [policies.partners.breaker.store]
+        kind = "redis"
+        url = "redis://127.0.0.1/"
+
+        [policies.routes.breaker]
+        key = "route"
+        [policies.routes.breaker.store]
+        kind = "redis"
+        url = "redis://127.0.0.1/"
+        shared_keys = ["default"]
+
+        [policies.unkeyed.breaker]
+        name = "fraud eu"
+        [policies.unkeyed.breaker.store]
+        kind = "redis"
+        url = "redis://127.0.0.1/"
+        shared_keys = ["shard-1"]
+
+        [policies.nokind.breaker.store]
+        url = "redis://127.0.0.1/"
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "policies.nokind.breaker.store.kind: is required: \"memory\" or \"redis\"",
+            "policies.partners.breaker.store.shared_keys: must list the keys the fleet shares: a keyed breaker keeps on Redis only the keys listed (keys computed from requests never reach Redis otherwise), and none is",
+            "policies.routes.breaker.store: a breaker keyed by route cannot keep its keys on Redis: route names (\"GET /users/{id}\") are not valid Redis scope parts; key by host, or give each route a policy of its own",
+            "policies.unkeyed.breaker.store.scope: must name the dependency: the breaker's name \"fraud eu\", which it defaults to, is not a valid Redis scope part (1 to 64 ASCII letters, digits, '.', '_' or '-')",
+            "policies.unkeyed.breaker.store.shared_keys: only a keyed breaker has keys to share, and this one is unkeyed",
+        ]
+    );
+}
+
+#[cfg(all(feature = "toml", not(feature = "redis")))]
+#[test]
+fn a_redis_store_needs_the_redis_feature() {
+    let err = PolicyFile::from_toml(
+        r#"
+        [policies.payments.breaker.store]
+        kind = "redis"
+        url = "redis://127.0.0.1:6379/0"
+        scope = "dep:payments"
+        "#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        ["policies.payments.breaker.store.kind: is \"redis\", which needs fusebox's `redis` feature, and this build does not have it: enable the feature, or use kind = \"memory\""]
+    );
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.payments.breaker.store]
+        kind = "memory"
+        "#,
+    )
+    .unwrap();
+    assert!(file.build("payments").unwrap().breaker_store().is_in_memory());
+}

@@ -96,7 +96,7 @@ impl BreakerStore {
             match key {
                 None if shares_keys => v.fail(
                     "breaker.store.shared_keys",
-                    "only a keyed breaker (breaker_key) has keys to share; this one is unkeyed",
+                    "only a keyed breaker has keys to share, and this one is unkeyed",
                 ),
                 None => {}
                 Some(KeyBy::Route) => v.fail(
