@@ -445,7 +445,9 @@ fn a_redis_store_needs_the_redis_feature() {
     .unwrap_err();
     assert_eq!(
         problems(&err),
-        ["policies.payments.breaker.store.kind: is \"redis\", which needs fusebox's `redis` feature, and this build does not have it: enable the feature, or use kind = \"memory\""]
+        [
+            "policies.payments.breaker.store.kind: is \"redis\", which needs fusebox's `redis` feature, and this build does not have it: enable the feature, or use kind = \"memory\""
+        ]
     );
     let file = PolicyFile::from_toml(
         r#"
@@ -454,5 +456,10 @@ fn a_redis_store_needs_the_redis_feature() {
         "#,
     )
     .unwrap();
-    assert!(file.build("payments").unwrap().breaker_store().is_in_memory());
+    assert!(
+        file.build("payments")
+            .unwrap()
+            .breaker_store()
+            .is_in_memory()
+    );
 }
