@@ -9,14 +9,16 @@
 //! included; criterion reports elements (calls) per second.
 //!
 //! `csv` and `jsonl` measure wall time: a replay reads on one thread and replays on
-//! another. The machine may be shared (other builds beside the benchmark), so `csv_cpu`
-//! and the sweep measure the process's CPU time instead — all its threads together, so
-//! their figures are calls per CPU-second.
+//! another. The machine may be shared (other builds beside the benchmark), so `csv_cpu`,
+//! `jsonl_cpu` and the sweep measure the process's CPU time instead — all its threads
+//! together, so their figures are calls per CPU-second. `read_csv_cpu` and
+//! `read_jsonl_cpu` time the reading stage alone (the calling thread's CPU time, no
+//! replay): the wall-time figure is bounded by the slower of reading and replaying.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fusebox_cli::config::load_policy_file;
 use fusebox_cli::input::SourceFile;
-use fusebox_cli::replay::calls::format_rfc3339;
+use fusebox_cli::replay::calls::{CallReader, Format, format_rfc3339};
 use fusebox_cli::replay::sweep::{Grid, SweepOptions, sweep};
 use fusebox_cli::replay::{ReplayOptions, replay};
 use std::fmt::Write as _;
@@ -122,6 +124,18 @@ fn generate(n: usize, json: bool) -> Vec<u8> {
     s.into_bytes()
 }
 
+/// Reads every call of `data`; returns a sum of their fields so nothing is optimised away.
+fn read_all(data: &[u8], format: Format) -> u64 {
+    let mut reader = CallReader::new("calls", black_box(data), format);
+    let mut sum = 0u64;
+    while let Ok(Some(c)) = reader.next_call() {
+        sum = sum
+            .wrapping_add(c.at ^ c.latency)
+            .wrapping_add(u64::from(c.result) + c.route.len() as u64);
+    }
+    sum
+}
+
 fn bench(c: &mut Criterion) {
     let policies = load_policy_file(&SourceFile::new("bench.toml", POLICIES))
         .expect("the bench policies are valid");
@@ -133,6 +147,12 @@ fn bench(c: &mut Criterion) {
     // Sanity: the incident trips the breakers.
     let report = replay(&policies, "calls.csv", &csv, &options).expect("replays");
     assert!(report.breakers.iter().all(|b| b.stats.openings > 0));
+    // Both formats hold the same calls and replay alike.
+    let from_json = replay(&policies, "calls.jsonl", &jsonl, &options).expect("replays");
+    assert_eq!(from_json.calls, n as u64);
+    for (a, b) in report.breakers.iter().zip(&from_json.breakers) {
+        assert_eq!((&a.stats, &a.transitions), (&b.stats, &b.transitions));
+    }
 
     let mut g = c.benchmark_group("replay");
     g.throughput(Throughput::Elements(n as u64));
@@ -155,6 +175,27 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    g.bench_function("jsonl_cpu", |b| {
+        b.iter_custom(|iters| {
+            cpu_time(process, iters, || {
+                black_box(replay(&policies, "calls.jsonl", black_box(&jsonl), &options).ok());
+            })
+        })
+    });
+    // The reading stage alone, on this thread: every call parsed, none replayed.
+    let thread = rustix::time::ClockId::ThreadCPUTime;
+    for (name, data, format) in [
+        ("read_csv_cpu", &csv, Format::Csv),
+        ("read_jsonl_cpu", &jsonl, Format::JsonLines),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                cpu_time(thread, iters, || {
+                    black_box(read_all(data, format));
+                })
+            })
+        });
+    }
     let grid = Grid {
         failure_rates: vec![30, 50, 70],
         minimum_calls: vec![10, 50],
