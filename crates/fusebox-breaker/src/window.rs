@@ -64,19 +64,28 @@ fn code(failure: bool, slow: bool) -> u8 {
     (if failure { FAILED } else { 0 }) | (if slow { SLOW } else { 0 })
 }
 
+/// Calls kept per word of a count window: two bits each (failed, slow).
+const PER_WORD: usize = 32;
+
 /// The last `size` calls.
+///
+/// Two bits per call, packed 32 to a `u64`: a window of 100 calls keeps 32 bytes, not
+/// 100 — it matters for keyed breakers, which keep one window per key.
 #[derive(Debug, Clone)]
 pub struct CountWindow {
-    slots: Box<[u8]>,
-    next: usize,
+    slots: Box<[u64]>,
+    size: u32,
+    next: u32,
     totals: WindowTotals,
 }
 
 impl CountWindow {
     /// A window over the last `size` calls (at least 1).
     pub fn new(size: u32) -> Self {
+        let size = size.max(1);
         CountWindow {
-            slots: vec![0; size.max(1) as usize].into_boxed_slice(),
+            slots: vec![0; (size as usize).div_ceil(PER_WORD)].into_boxed_slice(),
+            size,
             next: 0,
             totals: WindowTotals::default(),
         }
@@ -84,24 +93,27 @@ impl CountWindow {
 
     /// How many calls the window holds when full.
     pub fn size(&self) -> u32 {
-        self.slots.len() as u32
+        self.size
     }
 
     /// Records one call, evicting the oldest when full.
     pub fn record(&mut self, failure: bool, slow: bool) {
         let new = code(failure, slow);
-        if self.totals.calls as usize == self.slots.len() {
-            let old = self.slots[self.next];
+        let i = self.next as usize;
+        let (word, shift) = (i / PER_WORD, (i % PER_WORD) * 2);
+        let slot = &mut self.slots[word];
+        if self.totals.calls == self.size {
+            let old = ((*slot >> shift) & 0b11) as u8;
             self.totals.failures -= u32::from(old & FAILED != 0);
             self.totals.slow -= u32::from(old & SLOW != 0);
         } else {
             self.totals.calls += 1;
         }
-        self.slots[self.next] = new;
+        *slot = (*slot & !(0b11 << shift)) | (u64::from(new) << shift);
         self.totals.failures += u32::from(failure);
         self.totals.slow += u32::from(slow);
         self.next += 1;
-        if self.next == self.slots.len() {
+        if self.next == self.size {
             self.next = 0;
         }
     }
@@ -114,9 +126,7 @@ impl CountWindow {
     /// Whether the window is full and holds only fast successes: recording another fast
     /// success would change nothing, whichever slot it replaced.
     pub fn is_clean(&self) -> bool {
-        self.totals.calls as usize == self.slots.len()
-            && self.totals.failures == 0
-            && self.totals.slow == 0
+        self.totals.calls == self.size && self.totals.failures == 0 && self.totals.slow == 0
     }
 
     /// Forgets every call.
