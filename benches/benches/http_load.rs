@@ -1,0 +1,407 @@
+//! End to end over loopback: what a fusebox `Policy` costs a real HTTP server and a real
+//! HTTP client, in throughput and in tail latency.
+//!
+//! Run with: `cargo bench -p fusebox-benches --bench http_load`
+//!
+//! Two comparisons, each in alternating rounds (bare, policy, bare, policy, ...) in one run,
+//! so that whatever drifts on the machine meanwhile hits both sides equally:
+//!
+//! - `server`: an axum hello-world (`GET /` answers `Hello, World!`) without, and with, a
+//!   Policy on its route (`fusebox::axum::PolicyLayer`: retry budget, count-window breaker,
+//!   fixed limit of 1000, 1 s timeout). Both servers listen on 127.0.0.1 for the whole run;
+//!   the load generator opens `FUSEBOX_LOAD_CONNECTIONS` keep-alive HTTP/1 connections
+//!   (hyper's client connection API) per round, each sending its next request as soon as
+//!   the previous answer has been read;
+//! - `client`: the same number of tasks, each calling a bare hello-world server through a
+//!   hyper-util pooled client: the bare client, and the same client behind a Policy
+//!   (`fusebox::hyper::wrap`).
+//!
+//! Every request's latency (send to end of body) goes into a log-linear histogram
+//! ([`fusebox_benches::Histogram`], within 3 %). Each round first runs a warm-up that is not
+//! recorded (connections open, windows fill). The summary reports, per side, throughput
+//! (requests ÷ measured seconds, all rounds) and p50 / p99 / p99.9 over all rounds, and the
+//! ratios policy ÷ bare. Targets (issue 8): throughput with the Policy at least 97 % of
+//! bare, p99 at most 1.1× bare.
+//!
+//! Settings (environment):
+//! - `FUSEBOX_LOAD_ROUND_SECS` (default 3): measured seconds per round;
+//! - `FUSEBOX_LOAD_WARMUP_SECS` (default 0.5): unrecorded seconds before each round;
+//! - `FUSEBOX_LOAD_PAIRS` (default 3): bare/policy pairs per comparison;
+//! - `FUSEBOX_LOAD_CONNECTIONS` (default 16): connections (server) or tasks (client);
+//! - `FUSEBOX_LOAD_SERVER_THREADS` / `FUSEBOX_LOAD_CLIENT_THREADS` (default 1 each): the
+//!   worker threads of the server's and the load generator's runtimes (two cores: one each).
+//!
+//! Without `--bench` (as `cargo test --benches` runs it) it makes one short pair of each, to
+//! show it works; `--list` (test runners listing tests) lists nothing.
+#![allow(clippy::print_stdout, reason = "a load generator reports on stdout")]
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use fusebox::axum::PolicyLayer;
+use fusebox::{CircuitBreakerConfig, Policy, RetryConfig};
+use fusebox_benches::{Histogram, env_secs, env_usize};
+use http::{Request, Response, Uri};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Runtime;
+use tokio::time::Instant;
+use tower::{Service, ServiceExt};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How a run is shaped.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    round: Duration,
+    warm_up: Duration,
+    pairs: usize,
+    connections: usize,
+}
+
+/// The policy both comparisons put on their path: all four layers.
+fn policy() -> Policy {
+    Policy::builder("load")
+        .timeout(Duration::from_secs(1))
+        .concurrency_limit(1000)
+        .circuit_breaker(
+            CircuitBreakerConfig::builder("load")
+                .count_window(100)
+                .minimum_calls(20),
+        )
+        .retry_budget(RetryConfig::builder().name("load"))
+        .build()
+        .expect("a valid policy")
+}
+
+async fn hello() -> &'static str {
+    "Hello, World!"
+}
+
+/// The hello-world app, with or without a Policy on its route.
+fn app(with_policy: bool) -> Router {
+    let router = Router::new().route("/", get(hello));
+    if with_policy {
+        router.route_layer(PolicyLayer::new(policy()))
+    } else {
+        router
+    }
+}
+
+/// Serves `app` on a fresh port of 127.0.0.1 on `rt`, for the rest of the process.
+fn serve(rt: &Runtime, app: Router) -> SocketAddr {
+    rt.block_on(async {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a free port");
+        let addr = listener.local_addr().expect("a bound address");
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                println!("server on {addr} stopped: {e}");
+            }
+        });
+        addr
+    })
+}
+
+fn request(uri: &Uri) -> Request<Empty<Bytes>> {
+    let mut request = Request::new(Empty::new());
+    *request.uri_mut() = uri.clone();
+    request
+}
+
+/// What one round measured.
+struct Round {
+    histogram: Histogram,
+    measured: Duration,
+    errors: u64,
+}
+
+/// Reads a whole response body; whether it arrived whole.
+async fn consume<B: http_body::Body>(response: Response<B>) -> bool {
+    response.status().is_success() && response.into_body().collect().await.is_ok()
+}
+
+/// One connection of the server comparison: sends requests back to back until `end`,
+/// recording those sent from `start` on.
+async fn connection(addr: SocketAddr, start: Instant, end: Instant) -> Result<Round, BoxError> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let driver = tokio::spawn(conn);
+    let uri: Uri = format!("http://{addr}/").parse()?;
+    let mut round = Round {
+        histogram: Histogram::new(),
+        measured: end.saturating_duration_since(start),
+        errors: 0,
+    };
+    loop {
+        let sent = Instant::now();
+        if sent >= end {
+            break;
+        }
+        sender.ready().await?;
+        let ok = match sender.send_request(request(&uri)).await {
+            Ok(response) => consume(response).await,
+            Err(_) => false,
+        };
+        if sent >= start {
+            if ok {
+                round.histogram.record(sent.elapsed());
+            } else {
+                round.errors += 1;
+            }
+        }
+    }
+    drop(sender);
+    let _ = driver.await;
+    Ok(round)
+}
+
+/// One task of the client comparison: calls `client` back to back until `end`, recording
+/// the calls made from `start` on.
+async fn caller<S, B>(mut client: S, uri: Uri, start: Instant, end: Instant) -> Round
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>>,
+    B: http_body::Body,
+{
+    let mut round = Round {
+        histogram: Histogram::new(),
+        measured: end.saturating_duration_since(start),
+        errors: 0,
+    };
+    loop {
+        let sent = Instant::now();
+        if sent >= end {
+            break;
+        }
+        let ok = match client.ready().await {
+            Ok(ready) => match ready.call(request(&uri)).await {
+                Ok(response) => consume(response).await,
+                Err(_) => false,
+            },
+            Err(_) => false,
+        };
+        if sent >= start {
+            if ok {
+                round.histogram.record(sent.elapsed());
+            } else {
+                round.errors += 1;
+            }
+        }
+    }
+    round
+}
+
+/// Merges the rounds of all tasks of one round.
+fn merge(rounds: impl IntoIterator<Item = Round>) -> Round {
+    let mut all = Round {
+        histogram: Histogram::new(),
+        measured: Duration::ZERO,
+        errors: 0,
+    };
+    for r in rounds {
+        all.histogram.merge(&r.histogram);
+        all.measured = all.measured.max(r.measured);
+        all.errors += r.errors;
+    }
+    all
+}
+
+/// One round of the server comparison against `addr`.
+fn server_round(rt: &Runtime, addr: SocketAddr, s: Settings) -> Round {
+    rt.block_on(async {
+        let start = Instant::now() + s.warm_up;
+        let end = start + s.round;
+        let tasks: Vec<_> = (0..s.connections)
+            .map(|_| tokio::spawn(connection(addr, start, end)))
+            .collect();
+        let mut rounds = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            match t.await {
+                Ok(Ok(round)) => rounds.push(round),
+                Ok(Err(e)) => println!("a connection failed: {e}"),
+                Err(e) => println!("a connection task failed: {e}"),
+            }
+        }
+        merge(rounds)
+    })
+}
+
+/// One round of the client comparison: `s.connections` tasks sharing `client`.
+fn client_round<S, B>(rt: &Runtime, client: &S, uri: &Uri, s: Settings) -> Round
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Send,
+{
+    rt.block_on(async {
+        let start = Instant::now() + s.warm_up;
+        let end = start + s.round;
+        let tasks: Vec<_> = (0..s.connections)
+            .map(|_| tokio::spawn(caller(client.clone(), uri.clone(), start, end)))
+            .collect();
+        let mut rounds = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            match t.await {
+                Ok(round) => rounds.push(round),
+                Err(e) => println!("a caller task failed: {e}"),
+            }
+        }
+        merge(rounds)
+    })
+}
+
+/// Every round of one side of a comparison.
+#[derive(Default)]
+struct Side {
+    histogram: Histogram,
+    measured: Duration,
+    errors: u64,
+    per_round: Vec<f64>,
+}
+
+impl Side {
+    fn add(&mut self, r: Round) -> f64 {
+        let rps = r.histogram.count() as f64 / r.measured.as_secs_f64().max(1e-9);
+        self.histogram.merge(&r.histogram);
+        self.measured += r.measured;
+        self.errors += r.errors;
+        self.per_round.push(rps);
+        rps
+    }
+
+    fn rps(&self) -> f64 {
+        self.histogram.count() as f64 / self.measured.as_secs_f64().max(1e-9)
+    }
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Runs the alternating rounds of one comparison and prints them and their summary.
+fn compare(name: &str, s: Settings, mut round: impl FnMut(bool) -> Round) {
+    println!(
+        "\n== {name}: {} pairs of {:.1} s rounds (+{:.1} s warm-up), {} connections",
+        s.pairs,
+        s.round.as_secs_f64(),
+        s.warm_up.as_secs_f64(),
+        s.connections
+    );
+    let mut bare = Side::default();
+    let mut with = Side::default();
+    for pair in 0..s.pairs {
+        for with_policy in [false, true] {
+            let r = round(with_policy);
+            let (p50, p99) = (r.histogram.quantile(0.5), r.histogram.quantile(0.99));
+            let side = if with_policy { &mut with } else { &mut bare };
+            let rps = side.add(r);
+            println!(
+                "round {:>2} {:<6}: {:>9.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
+                pair + 1,
+                if with_policy { "policy" } else { "bare" },
+                rps,
+                us(p50),
+                us(p99),
+            );
+        }
+    }
+    println!(
+        "{:<12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
+        "side", "req/s", "p50 us", "p99 us", "p99.9 us", "max us", "errors"
+    );
+    for (label, side) in [("bare", &bare), ("policy", &with)] {
+        let h = &side.histogram;
+        println!(
+            "{:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+            label,
+            side.rps(),
+            us(h.quantile(0.5)),
+            us(h.quantile(0.99)),
+            us(h.quantile(0.999)),
+            us(h.max()),
+            side.errors
+        );
+    }
+    let ratio = |f: fn(&Histogram) -> Duration| {
+        f(&with.histogram).as_secs_f64() / f(&bare.histogram).as_secs_f64().max(1e-12)
+    };
+    let pair_ratios: Vec<String> = bare
+        .per_round
+        .iter()
+        .zip(&with.per_round)
+        .map(|(b, w)| format!("{:.3}", w / b.max(1e-9)))
+        .collect();
+    println!(
+        "{name}: throughput policy/bare = {:.3} (target >= 0.97; per pair: {}), p50 ratio = {:.3}, p99 ratio = {:.3} (target <= 1.10), p99.9 ratio = {:.3}",
+        with.rps() / bare.rps().max(1e-9),
+        pair_ratios.join(" "),
+        ratio(|h| h.quantile(0.5)),
+        ratio(|h| h.quantile(0.99)),
+        ratio(|h| h.quantile(0.999)),
+    );
+}
+
+fn runtime(threads: usize) -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let full = args.iter().any(|a| a == "--bench");
+    let s = if full {
+        Settings {
+            round: env_secs("FUSEBOX_LOAD_ROUND_SECS", Duration::from_secs(3)),
+            warm_up: env_secs("FUSEBOX_LOAD_WARMUP_SECS", Duration::from_millis(500)),
+            pairs: env_usize("FUSEBOX_LOAD_PAIRS", 3),
+            connections: env_usize("FUSEBOX_LOAD_CONNECTIONS", 16),
+        }
+    } else {
+        Settings {
+            round: Duration::from_millis(100),
+            warm_up: Duration::from_millis(50),
+            pairs: 1,
+            connections: 2,
+        }
+    };
+    let server_rt = runtime(env_usize("FUSEBOX_LOAD_SERVER_THREADS", 1));
+    let client_rt = runtime(env_usize("FUSEBOX_LOAD_CLIENT_THREADS", 1));
+
+    let bare_addr = serve(&server_rt, app(false));
+    let policy_addr = serve(&server_rt, app(true));
+    compare("server (axum hello world)", s, |with_policy| {
+        server_round(
+            &client_rt,
+            if with_policy { policy_addr } else { bare_addr },
+            s,
+        )
+    });
+
+    let uri: Uri = format!("http://{bare_addr}/").parse().expect("a valid URI");
+    let (bare_client, policy_client) = {
+        let _guard = client_rt.enter();
+        // Built as `fusebox::hyper::client` builds the policy's.
+        let bare: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        (bare, fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy()))
+    };
+    compare("client (hyper-util legacy client)", s, |with_policy| {
+        if with_policy {
+            client_round(&client_rt, &policy_client, &uri, s)
+        } else {
+            client_round(&client_rt, &bare_client, &uri, s)
+        }
+    });
+}
