@@ -434,3 +434,60 @@ fn invalid_store_sections_report_every_problem_at_its_path() {
         ]
     );
 }
+
+/// The example files' commented-out `store` section, uncommented: the lines from the one
+/// that opens it while they stay comments (`# ...` in TOML, the indented `#` lines in YAML).
+fn uncomment_store(text: &str, opens: &str) -> String {
+    let mut inside = false;
+    let mut found = false;
+    let out: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let trimmed = line.trim_start();
+            if trimmed == opens {
+                inside = true;
+                found = true;
+            } else if inside && !(trimmed.starts_with("# ") && trimmed.len() > 2) {
+                inside = false;
+            }
+            if inside {
+                line.replacen("# ", "", 1)
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    assert!(found, "the example has a commented {opens:?}");
+    out.join("\n")
+}
+
+#[test]
+fn the_example_files_redis_store_section_builds_when_uncommented() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/");
+    let toml = std::fs::read_to_string(format!("{examples}fusebox.toml")).expect("the TOML");
+    let yaml = std::fs::read_to_string(format!("{examples}fusebox.yaml")).expect("the YAML");
+    let files = [
+        PolicyFile::from_toml(&uncomment_store(
+            &toml,
+            "# [policies.fraud-eu.breaker.store]",
+        )),
+        PolicyFile::from_yaml(&uncomment_store(&yaml, "# store:")),
+    ];
+    for file in files {
+        let file = file.expect("the uncommented example is valid");
+        let fraud = file
+            .policy("fraud-eu")
+            .expect("fraud-eu")
+            .fallback(fusebox::Fallback::new(|_| {
+                http::Response::new(Bytes::from_static(b"rules v0"))
+            }))
+            .build()
+            .expect("fraud-eu builds with its store on Redis");
+        let config = fraud.breaker_store().redis().expect("on Redis").config();
+        assert_eq!(config.scope(), &Scope::dep("fraud").region("eu"));
+        assert_eq!(config.mode(), Mode::Batched);
+        assert_eq!(config.timeout(), Duration::from_millis(50));
+        let inventory = file.build("inventory").expect("inventory builds");
+        assert!(inventory.breaker_store().is_in_memory());
+    }
+}
