@@ -19,13 +19,40 @@
 //! | `axum` | `fusebox::axum`: a Policy in a router, fusebox's errors as 503 / 504 |
 //! | `tonic` | `fusebox::tonic`: a Policy around a `Channel` or in a gRPC server, errors as `Status` |
 //! | `hyper-client` | `fusebox::hyper`: a hyper-util client behind a Policy |
-//! | `redis` | `fusebox::redis`: breaker state shared by a fleet |
+//! | `redis` | `fusebox::redis`: breaker state shared by a fleet, for a `Policy` or a breaker layer |
 //! | `serde` | `Deserialize` for every layer's configuration |
 //! | `full` | all of the above |
 //!
 //! Every layer drops into `tower::ServiceBuilder`, in axum and tonic servers and around
 //! outbound hyper clients. fusebox's own errors ([`CircuitOpen`](error::CircuitOpen),
 //! [`Elapsed`](error::Elapsed), ...) travel as [`BoxError`] and are found by downcasting.
+//!
+//! # One breaker for a fleet (feature `redis`)
+//!
+//! Each replica's breaker judges, by default, only the calls that replica made: with 20
+//! replicas, each needs `minimum_calls` of its own before it reacts, and each probes on its
+//! own. A policy whose breaker keeps its state on Redis
+//! ([`PolicyBuilder::breaker_store`], or `store` under `breaker` in a policy file) shares
+//! one breaker with every replica that names the same Redis and scope: one window, one
+//! state, and one half-open probe budget fleet-wide. Building connects to nothing and never
+//! blocks; until Redis answers, and whenever it does not, each replica decides on its own
+//! calls, so an outage of Redis never fails a call by itself. The in-memory default keeps
+//! its cost: the store is an enum, not a boxed trait object, and without the feature it has
+//! a single variant.
+//!
+//! ```
+//! # #[cfg(feature = "redis")] {
+//! use fusebox::redis::{RedisStoreConfig, Scope};
+//! use fusebox::{CircuitBreakerConfig, Policy};
+//!
+//! let policy = Policy::builder("payments")
+//!     .circuit_breaker(CircuitBreakerConfig::builder("payments").minimum_calls(50))
+//!     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0").scope(Scope::dep("payments")))
+//!     .build()?;
+//! assert!(policy.breaker_store().redis().is_some());
+//! # }
+//! # Ok::<(), fusebox::ConfigError>(())
+//! ```
 //!
 //! # Example
 //!
@@ -91,9 +118,9 @@ pub use fusebox_retry as retry;
 #[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
 pub use fusebox_retry::{RetryBudgetLayer, RetryConfig};
 
-/// Shared circuit-breaker state for a fleet of replicas, on Redis: a breaker store for
-/// `CircuitBreakerLayer::builder(..).store(..)`. (A [`Policy`]'s breaker keeps its state
-/// in memory.)
+/// Shared circuit-breaker state for a fleet of replicas, on Redis: a breaker store for a
+/// [`Policy`] (`PolicyBuilder::breaker_store`, or `store` under `breaker` in a policy file)
+/// or for `CircuitBreakerLayer::builder(..).store(..)`.
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use fusebox_redis as redis;
@@ -104,8 +131,8 @@ pub mod policy;
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
 pub use crate::policy::{
-    Fallback, FallbackContext, FallbackReason, KeyBy, Policy, PolicyBody, PolicyBuilder,
-    PolicyService, RecoveryRamp,
+    BreakerStore, Fallback, FallbackContext, FallbackReason, KeyBy, Policy, PolicyBody,
+    PolicyBuilder, PolicyService, RecoveryRamp,
 };
 
 #[cfg(feature = "policy")]

@@ -47,7 +47,8 @@
 //!
 //! | section | keys |
 //! |---|---|
-//! | `breaker` | `enabled`, `name` (default: the policy's), `count_window` or `time_window` + `time_window_buckets`, `minimum_calls`, `failure_rate_threshold` (percent), `slow_call_rate_threshold` (percent), `consecutive_failures`, `open_wait`, `open_wait_jitter`, `open_wait_multiplier`, `max_open_wait`, `permitted_probes`, `probe_successes`, `max_half_open_wait` (or `"none"`), `on_close` (`"clear"`, `"keep"`), `count_overloaded`, `seed`, `key` (`"host"`, `"authority"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout` |
+//! | `breaker` | `enabled`, `name` (default: the policy's), `count_window` or `time_window` + `time_window_buckets`, `minimum_calls`, `failure_rate_threshold` (percent), `slow_call_rate_threshold` (percent), `consecutive_failures`, `open_wait`, `open_wait_jitter`, `open_wait_multiplier`, `max_open_wait`, `permitted_probes`, `probe_successes`, `max_half_open_wait` (or `"none"`), `on_close` (`"clear"`, `"keep"`), `count_overloaded`, `seed`, `key` (`"host"`, `"authority"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout`, `store` (a table, below) |
+//! | `breaker.store` | `kind` (`"memory"`, `"redis"`; required), and for Redis: `url` (required), `scope` (`"dep:<name>"`, optionally `":region:<r>"`, `":tenant:<t>"`; default: the breaker's name as the dependency), `prefix`, `mode` (`"batched"`, `"strict"`), `flush_interval`, `timeout`, `poll_interval`, `retry_interval`, `probe_lease`, `idle_ttl`, `max_in_flight`, `fallback` (`"local"`, `"fail_open"`, `"fail_closed"`), `shared_keys` (a list: the keys of a keyed breaker that the fleet shares) — see [Breaker state on Redis](#breaker-state-on-redis) |
 //! | `limit` | `enabled`, `name`, `max_concurrency` or `adaptive` (a table: `algorithm` = `"aimd"` or `"vegas"`, `min_limit`, `max_limit`, `initial_limit`, `backoff_ratio`; AIMD: `additive_increase`; Vegas: `smoothing`, `alpha`, `beta`, `probe_interval`, `probe_samples`), `queue` (`max_waiters`, `max_wait`), `release` (`"response"`, `"end_of_body"`), `retry_after`, `log_step` |
 //! | `timeout` | `enabled`, `default_timeout`, `body_timeout` (applied by [`Policy::body_timeout_layer`](crate::Policy::body_timeout_layer) around the policy's service), `propagate_grpc_timeout`, `deadline_header` |
 //! | `retry` | `enabled`, `name`, `retry_ratio`, `min_retries_per_second`, `ttl`, `failure_rate_threshold` (a share, or `"none"`), `cutoff_minimum_calls`, `max_attempts`, `base_delay`, `max_delay`, `max_retry_after`, `max_replay_body_bytes`, `hedge_delay`, `seed` |
@@ -62,6 +63,45 @@
 //! than merge: the nested tables `limit.adaptive` and `limit.queue`, and the choice between
 //! `max_concurrency` and `adaptive` (or `count_window` and `time_window`), which the most
 //! specific level that makes it decides.
+//!
+//! # Breaker state on Redis
+//!
+//! A breaker's `store` says where its state lives. By default (`kind = "memory"`) each
+//! replica's breaker judges the calls that replica made. With `kind = "redis"` (feature
+//! `redis`) every replica whose file names the same Redis and scope shares one breaker:
+//! one window, one state, one half-open probe budget, fleet-wide (see `fusebox::redis`
+//! for how, and its staleness bounds):
+//!
+//! ```toml
+//! [defaults.breaker.store]              # every policy's breaker on this Redis...
+//! kind = "redis"
+//! url = "redis://cache:6379/0"
+//! mode = "batched"
+//! flush_interval = "5ms"
+//! timeout = "50ms"
+//!
+//! [policies.payments.breaker.store]
+//! scope = "dep:payments:region:eu"      # ...each in its own key space (default: dep:<name>)
+//!
+//! [policies.ledger.breaker.store]
+//! kind = "memory"                       # ...but this one, which stays local
+//! ```
+//!
+//! The section sits under `breaker` because the breaker is the one layer whose state a
+//! fleet can share — the limit, the retry budget and the timeout are about this process —
+//! and so that it is inherited from `defaults.breaker.store` key by key like the rest of
+//! the breaker: one Redis for every policy, one scope per policy. Building a policy
+//! connects to nothing and never waits on Redis; until Redis answers, and whenever it does
+//! not, each replica decides on its own calls (the store's `fallback`), so an outage of
+//! Redis never fails a call by itself.
+//!
+//! Every problem is reported at its path: the store's own rules
+//! (`policies.payments.breaker.store.flush_interval: must be within 1ms..=1s, got 0ns`) and
+//! how it fits the breaker — a keyed breaker must list its `shared_keys` (keys computed
+//! from requests never reach Redis otherwise), an unkeyed one must list none, a breaker
+//! keyed by route cannot share (route names are not valid scope parts), and the breaker's
+//! name must be a valid scope part when `scope` does not name the dependency. Without the
+//! `redis` feature, `kind = "redis"` is an error naming the feature.
 //!
 //! # Hooks that only code can give
 //!

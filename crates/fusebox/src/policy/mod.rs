@@ -333,13 +333,13 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// Where the breaker keeps its state (default: [`BreakerStore::InMemory`], in this
     /// process; needs [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
     ///
-    /// With the `redis` feature, give it an [`OnRedis`](fusebox_redis::OnRedis), a
-    /// [`RedisStoreConfig`](fusebox_redis::RedisStoreConfig) or its builder: every
+    /// With the `redis` feature, give it an `OnRedis`, a `RedisStoreConfig` or its builder
+    /// (from `fusebox::redis`): every
     /// replica whose policy names the same Redis and scope then shares one breaker — one
     /// window (the fleet opens after `minimum_calls` in total, not per replica), one state,
     /// and one half-open probe budget fleet-wide. Building connects to nothing and never
     /// blocks; until Redis answers, and whenever it does not, the breaker decides on this
-    /// replica's own calls (the store's [`Fallback`](fusebox_redis::Fallback)), so Redis
+    /// replica's own calls (the store's `Fallback`), so Redis
     /// being down never fails a call by itself.
     ///
     /// [`build`](PolicyBuilder::build) reports, under `breaker.store`, the store
@@ -680,7 +680,7 @@ impl<C: Classifier> Policy<C> {
     }
 
     /// Where the breaker keeps its state ([`BreakerStore::InMemory`] when the policy has
-    /// no breaker). With the `redis` feature, [`BreakerStore::redis`] gives the Redis
+    /// no breaker). With the `redis` feature, `BreakerStore::redis` gives the Redis
     /// connection's state and statistics.
     pub fn breaker_store(&self) -> &BreakerStore {
         &self.inner.store

@@ -23,9 +23,8 @@ use fusebox_redis::{MAX_SCOPE_PART, OnRedis, RedisStore, is_valid_scope_part};
 /// Where a policy's breaker keeps its state; give it to
 /// [`PolicyBuilder::breaker_store`](crate::PolicyBuilder::breaker_store).
 ///
-/// With the `redis` feature, an [`OnRedis`], a
-/// [`RedisStoreConfig`](fusebox_redis::RedisStoreConfig) or its builder converts into
-/// [`BreakerStore::Redis`].
+/// With the `redis` feature, an `OnRedis`, a `RedisStoreConfig` or its builder (from
+/// `fusebox::redis`) converts into `BreakerStore::Redis`.
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub enum BreakerStore {
