@@ -27,8 +27,8 @@
 //! other work.
 
 use bytes::Bytes;
-use cpu_time::ProcessTime;
 use criterion::{Criterion, criterion_group, criterion_main};
+use fusebox_benches::{Client, Tasks, current_thread, group_name, measure, one_task, two_workers};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
 use fusebox_classify::{Route, RouteTable};
 use http::{Request, Response};
@@ -38,7 +38,6 @@ use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hint::black_box;
-use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
@@ -77,13 +76,6 @@ fn request() -> Request<()> {
 
 /// Calls made before measuring: fills every window (fusebox's count window is then "clean").
 const WARM_UP_CALLS: u64 = 1_000;
-
-/// One way of making calls. Each task gets its own clone (its own service clone; the
-/// breaker inside is shared).
-trait Client: Clone + Send + 'static {
-    /// Makes one call and consumes its result.
-    fn once(&mut self) -> impl Future<Output = ()> + Send;
-}
 
 /// Any tower service of ours: bare, fusebox, tower-resilience.
 #[derive(Clone)]
@@ -184,90 +176,6 @@ where
     }
 }
 
-/// Set (to anything) to measure the CPU time the process spent instead of wall time.
-///
-/// On a machine shared with other work, wall time counts the moments the benchmark waits
-/// for a core; CPU time does not. With two tasks it is the CPU of both (waiting on a
-/// contended cache line is CPU time too), so per call it is about twice the wall figure
-/// when the two really run in parallel. Groups then carry a `_cpu` suffix.
-const CPU_TIME_VAR: &str = "FUSEBOX_BENCH_CPU_TIME";
-
-fn cpu_time() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os(CPU_TIME_VAR).is_some())
-}
-
-fn group_name(base: &str) -> String {
-    if cpu_time() {
-        format!("{base}_cpu")
-    } else {
-        base.to_owned()
-    }
-}
-
-/// `iters` calls by one task on the current-thread runtime `rt`.
-fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
-    let mut client = client.clone();
-    rt.block_on(async move {
-        let cpu = cpu_time().then(ProcessTime::now);
-        let start = Instant::now();
-        for _ in 0..iters {
-            client.once().await;
-        }
-        let wall = start.elapsed();
-        cpu.map_or(wall, |cpu| cpu.elapsed())
-    })
-}
-
-/// `iters` calls split between two tasks on the two-worker runtime `rt`, started together.
-/// The blocking barrier holds the first task's worker until the second task runs on the
-/// other worker, so the two really run in parallel.
-fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
-    let cpu = cpu_time().then(ProcessTime::now);
-    let barrier = Arc::new(Barrier::new(2));
-    let handles = [iters.div_ceil(2), iters / 2].map(|calls| {
-        let mut client = client.clone();
-        let barrier = Arc::clone(&barrier);
-        rt.spawn(async move {
-            barrier.wait();
-            let start = Instant::now();
-            for _ in 0..calls {
-                client.once().await;
-            }
-            (start, Instant::now())
-        })
-    });
-    let wall = rt.block_on(async move {
-        let mut first_start = None::<Instant>;
-        let mut last_end = None::<Instant>;
-        for handle in handles {
-            let (start, end) = handle.await.expect("a bench task finished");
-            first_start = Some(first_start.map_or(start, |s| s.min(start)));
-            last_end = Some(last_end.map_or(end, |e| e.max(end)));
-        }
-        match (first_start, last_end) {
-            (Some(start), Some(end)) => end.saturating_duration_since(start),
-            _ => Duration::ZERO,
-        }
-    });
-    cpu.map_or(wall, |cpu| cpu.elapsed())
-}
-
-fn current_thread() -> Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a current-thread runtime")
-}
-
-fn two_workers() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("a two-worker runtime")
-}
-
 /// fusebox, count window of 100, default route (no slow-call threshold: no clock read).
 fn fusebox_count() -> CircuitBreakerLayer {
     CircuitBreakerLayer::new(
@@ -361,23 +269,6 @@ where
 fn warmed<C: Client>(rt: &Runtime, client: C) -> C {
     one_task(rt, &client, WARM_UP_CALLS);
     client
-}
-
-/// How the calls of one measurement are made.
-#[derive(Clone, Copy)]
-enum Tasks {
-    /// One task on a current-thread runtime.
-    One,
-    /// Two tasks on a two-worker runtime, sharing the breaker.
-    Two,
-}
-
-/// Times `iters` calls of `client` on `rt`, made as `tasks` says.
-fn measure<C: Client>(rt: &Runtime, tasks: Tasks, client: &C, iters: u64) -> Duration {
-    match tasks {
-        Tasks::One => one_task(rt, client, iters),
-        Tasks::Two => two_tasks(rt, client, iters),
-    }
 }
 
 /// Every variant, in the order reported, in one group.

@@ -26,6 +26,7 @@ use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fusebox::retry::ReplayBody;
 use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
+use fusebox_benches::thread_cpu_time;
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
 use std::convert::Infallible;
@@ -117,15 +118,6 @@ where
         }
         thread_cpu_time().saturating_sub(start)
     })
-}
-
-/// CPU time this thread has used.
-fn thread_cpu_time() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(
-        u64::try_from(t.tv_sec).unwrap_or(0),
-        u32::try_from(t.tv_nsec).unwrap_or(0),
-    )
 }
 
 fn policy(c: &mut Criterion) {
