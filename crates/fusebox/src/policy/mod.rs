@@ -339,8 +339,9 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// window (the fleet opens after `minimum_calls` in total, not per replica), one state,
     /// and one half-open probe budget fleet-wide. Building connects to nothing and never
     /// blocks; until Redis answers, and whenever it does not, the breaker decides on this
-    /// replica's own calls (the store's `Fallback`), so Redis
-    /// being down never fails a call by itself.
+    /// replica's own calls (the store's `Fallback`), so Redis being down never fails a
+    /// call by itself. Policies given clones of one `OnRedis` share its connections (one
+    /// for scripts, one for pub/sub); each `RedisStoreConfig` given opens its own.
     ///
     /// [`build`](PolicyBuilder::build) reports, under `breaker.store`, the store
     /// configuration's own problems and how it fits the breaker:
@@ -646,6 +647,7 @@ impl<C> fmt::Debug for Policy<C> {
             )
             .field("limit", &l.limit.is_some())
             .field("timeout", &l.timeout.is_some())
+            .field("breaker_store", &l.store)
             .field("fallback", &l.shared.fallback.is_some())
             .field("recovery_ramp", &l.shared.ramp.is_some())
             .finish()
