@@ -187,8 +187,17 @@ struct MinuteCache {
 }
 
 impl MinuteCache {
+    /// The timestamp `s`, if it is in the cached minute.
     #[inline]
     fn get(&self, s: &[u8]) -> Option<u64> {
+        self.get_prefix(s)
+            .and_then(|(at, len)| (len == s.len()).then_some(at))
+    }
+
+    /// A timestamp in the cached minute at the start of `s` (which may go on: a JSON
+    /// line's closing quote and the rest), and its length.
+    #[inline]
+    fn get_prefix(&self, s: &[u8]) -> Option<(u64, usize)> {
         if !self.valid || s.len() < 20 || s[..16] != self.prefix || s[16] != b':' {
             return None;
         }
@@ -196,13 +205,19 @@ impl MinuteCache {
         if d1 > 9 || d2 > 9 {
             return None;
         }
-        let second = u64::from(d1 * 10 + d2).min(59);
-        let (nanos, end) = fraction(s, 19)?;
-        if s[end..] != self.zone[..self.zone_len] {
+        // 60 is a leap second (read as :59, as the full parse does); above it, the full
+        // parse explains what is wrong.
+        let second = u64::from(d1 * 10 + d2);
+        if second > 60 {
             return None;
         }
-        let secs = u64::try_from(self.minute_secs).ok()? + second;
-        Some(secs * 1_000_000_000 + nanos)
+        let (nanos, end) = fraction(s, 19)?;
+        let zone_end = end + self.zone_len;
+        if s.get(end..zone_end)? != &self.zone[..self.zone_len] {
+            return None;
+        }
+        let secs = u64::try_from(self.minute_secs).ok()? + second.min(59);
+        Some((secs * 1_000_000_000 + nanos, zone_end))
     }
 
     fn set(&mut self, s: &[u8], minute_secs: i64, zone_start: usize) {
@@ -498,8 +513,17 @@ impl<'a> CallReader<'a> {
         }
     }
 
-    /// A flat object of plain strings and numbers, parsed in place. `Ok(None)` sends the
-    /// line to the full JSON parser (escapes, nested values).
+    /// A flat object of strings without escapes, plain numbers, booleans and nulls,
+    /// parsed in place. `Ok(None)` sends the line to the full JSON parser (escapes,
+    /// nested values, numbers with a sign or an exponent), which reads it to the same
+    /// call: null is an absent field, an error kind counts only without a status, and
+    /// keys may come in any order.
+    ///
+    /// The work per line is one pass: a key is told by its first byte and compared whole
+    /// with the few names that start with it (see [`JsonCursor::key`]); the values
+    /// fusebox reads are parsed where they lie — a timestamp in the minute of the one
+    /// before by its seconds alone, a three-digit status, a latency's digits — and other
+    /// strings are crossed eight bytes at a time.
     #[inline]
     fn json_fast(&mut self, line: &'a [u8]) -> Result<Option<RawCall<'a>>, Bad> {
         let mut p = JsonCursor { s: line, i: 0 };
@@ -507,12 +531,12 @@ impl<'a> CallReader<'a> {
         if !p.eat(b'{') {
             return Err(self.bad("expected a JSON object ({...}) on each line"));
         }
-        let (mut at, mut route, mut status, mut latency) = (None, None, None, None);
+        let mut fields = JsonFields::default();
         p.ws();
         if !p.eat(b'}') {
             loop {
                 p.ws();
-                let Some(key) = p.plain_string() else {
+                let Some(key) = p.key() else {
                     return Ok(None);
                 };
                 p.ws();
@@ -520,34 +544,8 @@ impl<'a> CallReader<'a> {
                     return Ok(None);
                 }
                 p.ws();
-                let value = match p.scalar() {
-                    Some(v) => v,
-                    None => return Ok(None),
-                };
-                match key {
-                    b"timestamp" | b"ts" | b"time" | b"start" => {
-                        at = Some(self.timestamp(value.bytes())?)
-                    }
-                    b"route" => route = Some(value.bytes()),
-                    b"status" | b"outcome" | b"result" if !value.is_null() => {
-                        status = Some(self.result(value.bytes())?)
-                    }
-                    b"error" | b"error_kind" if !value.is_null() && status.is_none() => {
-                        status = Some(self.result(value.bytes())?)
-                    }
-                    b"latency_ms" | b"duration_ms" | b"latency" | b"duration" => {
-                        latency = Some(self.latency(value.bytes(), 1_000_000)?)
-                    }
-                    b"latency_us" | b"duration_us" => {
-                        latency = Some(self.latency(value.bytes(), 1_000)?)
-                    }
-                    b"latency_ns" | b"duration_ns" => {
-                        latency = Some(self.latency(value.bytes(), 1)?)
-                    }
-                    b"latency_s" | b"duration_s" => {
-                        latency = Some(self.latency(value.bytes(), 1_000_000_000)?)
-                    }
-                    _ => {}
+                if !self.json_value(&mut p, key, &mut fields)? {
+                    return Ok(None);
                 }
                 p.ws();
                 if p.eat(b',') {
@@ -563,32 +561,97 @@ impl<'a> CallReader<'a> {
         if p.i != line.len() {
             return Ok(None);
         }
-        self.complete(at, route, status, latency).map(Some)
+        self.complete(fields).map(Some)
     }
 
-    fn complete(
-        &self,
-        at: Option<u64>,
-        route: Option<&'a [u8]>,
-        status: Option<u16>,
-        latency: Option<u64>,
-    ) -> Result<RawCall<'a>, Bad> {
-        let missing = [
-            (at.is_none(), "timestamp"),
-            (route.is_none_or(<[u8]>::is_empty), "route"),
-            (status.is_none(), "status (or error)"),
-            (latency.is_none(), "latency_ms"),
-        ];
-        let missing: Vec<&str> = missing.iter().filter(|m| m.0).map(|m| m.1).collect();
-        if !missing.is_empty() {
-            return Err(self.bad(format!("missing {}", missing.join(", "))));
+    /// Reads the value of `key` at the cursor into `fields`; `Ok(false)` if it is one the
+    /// full parser must read.
+    #[inline]
+    fn json_value(
+        &mut self,
+        p: &mut JsonCursor<'a>,
+        key: Key,
+        fields: &mut JsonFields<'a>,
+    ) -> Result<bool, Bad> {
+        let value = match key {
+            Key::Other => return Ok(p.skip_value()),
+            Key::Timestamp => {
+                if let Some(at) = p.cached_timestamp(&self.minute) {
+                    fields.at = Some(at);
+                    return Ok(true);
+                }
+                p.field()
+            }
+            Key::Status => {
+                if let Some(code) = p.three_digits() {
+                    fields.status = Some(code);
+                    return Ok(true);
+                }
+                p.field()
+            }
+            Key::Latency(unit) => {
+                let start = p.i;
+                if let Some(d) = p.plain_number() {
+                    fields.latency = Some(match d.scale(unit) {
+                        Some(ns) => ns,
+                        None => self.latency(&p.s[start..p.i], unit)?,
+                    });
+                    return Ok(true);
+                }
+                p.field()
+            }
+            Key::Route | Key::Error => p.field(),
+        };
+        // Null reads as an absent field.
+        let Some(value) = value else {
+            return Ok(false);
+        };
+        let Some(v) = value else {
+            return Ok(true);
+        };
+        match key {
+            Key::Timestamp => fields.at = Some(self.timestamp(v)?),
+            Key::Route => fields.route = Some(v),
+            Key::Status => fields.status = Some(self.result(v)?),
+            Key::Error => fields.error = Some(v),
+            Key::Latency(unit) => fields.latency = Some(self.latency(v, unit)?),
+            Key::Other => {}
         }
-        Ok(RawCall {
-            at: at.unwrap_or_default(),
-            route: route.unwrap_or_default(),
-            result: status.unwrap_or_default(),
-            latency: latency.unwrap_or_default(),
-        })
+        Ok(true)
+    }
+
+    /// The call a JSON line describes, or what it lacks. An error kind is read only when
+    /// there is no status, wherever either stands on the line.
+    #[inline]
+    fn complete(&self, f: JsonFields<'a>) -> Result<RawCall<'a>, Bad> {
+        let status = match (f.status, f.error) {
+            (Some(s), _) => Some(s),
+            (None, Some(e)) => Some(self.result(e)?),
+            (None, None) => None,
+        };
+        match (f.at, f.route, status, f.latency) {
+            (Some(at), Some(route), Some(result), Some(latency)) if !route.is_empty() => {
+                Ok(RawCall {
+                    at,
+                    route,
+                    result,
+                    latency,
+                })
+            }
+            (at, route, status, latency) => Err(self.missing([
+                (at.is_none(), "timestamp"),
+                (route.is_none_or(<[u8]>::is_empty), "route"),
+                (status.is_none(), "status (or error)"),
+                (latency.is_none(), "latency_ms"),
+            ])),
+        }
+    }
+
+    /// The error for a line without some of the fields every call needs.
+    #[cold]
+    fn missing(&self, fields: [(bool, &str); 4]) -> Bad {
+        let missing: Vec<&str> = fields.iter().filter(|m| m.0).map(|m| m.1).collect();
+        self.bad(format!("missing {}", missing.join(", ")))
     }
 
     /// Lines the fast path declines: parsed fully. The route must then be a plain string
@@ -605,7 +668,8 @@ impl<'a> CallReader<'a> {
             serde_json::Value::Number(n) => Some(n.to_string()),
             _ => None,
         };
-        let (mut at, mut route, mut status, mut latency) = (None, None, None, None);
+        let mut fields = JsonFields::default();
+        let mut error = None;
         for (key, v) in object {
             let Some(t) = text(v) else {
                 if v.is_null() {
@@ -619,30 +683,33 @@ impl<'a> CallReader<'a> {
                 }
                 continue;
             };
+            let t = t.as_bytes();
             match key.as_str() {
-                "timestamp" | "ts" | "time" | "start" => at = Some(self.timestamp(t.as_bytes())?),
+                "timestamp" | "ts" | "time" | "start" => fields.at = Some(self.timestamp(t)?),
+                // Borrow the route from the line: find it as written.
+                "route" if t.is_empty() => fields.route = Some(&line[..0]),
                 "route" => {
-                    // Borrow the route from the line: find it as written.
-                    route = Some(find_in(line, t.as_bytes()).ok_or_else(|| {
+                    fields.route = Some(find_in(line, t).ok_or_else(|| {
                         self.bad("the route contains JSON escapes; write it plainly")
                     })?);
                 }
-                "status" | "outcome" | "result" => status = Some(self.result(t.as_bytes())?),
-                "error" | "error_kind" if status.is_none() => {
-                    status = Some(self.result(t.as_bytes())?)
-                }
+                "status" | "outcome" | "result" => fields.status = Some(self.result(t)?),
+                "error" | "error_kind" => error = Some(t.to_vec()),
                 "latency_ms" | "duration_ms" | "latency" | "duration" => {
-                    latency = Some(self.latency(t.as_bytes(), 1_000_000)?)
+                    fields.latency = Some(self.latency(t, 1_000_000)?)
                 }
-                "latency_us" | "duration_us" => latency = Some(self.latency(t.as_bytes(), 1_000)?),
-                "latency_ns" | "duration_ns" => latency = Some(self.latency(t.as_bytes(), 1)?),
+                "latency_us" | "duration_us" => fields.latency = Some(self.latency(t, 1_000)?),
+                "latency_ns" | "duration_ns" => fields.latency = Some(self.latency(t, 1)?),
                 "latency_s" | "duration_s" => {
-                    latency = Some(self.latency(t.as_bytes(), 1_000_000_000)?)
+                    fields.latency = Some(self.latency(t, 1_000_000_000)?)
                 }
                 _ => {}
             }
         }
-        self.complete(at, route, status, latency)
+        if let (None, Some(e)) = (fields.status, error) {
+            fields.status = Some(self.result(&e)?);
+        }
+        self.complete(fields)
     }
 
     #[inline]
@@ -794,6 +861,33 @@ pub(crate) fn parse_seconds(s: &[u8]) -> Option<u64> {
 /// `ms`, `s`).
 #[inline]
 pub(crate) fn parse_latency(s: &[u8], unit_ns: u64) -> Option<u64> {
+    let d = decimal(s)?;
+    let unit = match &s[d.end..] {
+        b"" => unit_ns,
+        b"ns" => 1,
+        b"us" | b"\xc2\xb5s" => 1_000,
+        b"ms" => 1_000_000,
+        b"s" => 1_000_000_000,
+        _ => return None,
+    };
+    d.scale(unit)
+}
+
+/// A decimal number as written: its integer part, the first nine digits of its
+/// fraction, and where it ends.
+#[derive(Debug, Clone, Copy)]
+struct Decimal {
+    int: u64,
+    int_digits: usize,
+    frac: u64,
+    frac_digits: usize,
+    end: usize,
+}
+
+/// The decimal number at the start of `s` (`12`, `12.5`, `.5`, `5.`); `None` without a
+/// digit, or past `u64`.
+#[inline]
+fn decimal(s: &[u8]) -> Option<Decimal> {
     let mut i = 0;
     let mut int: u64 = 0;
     while i < s.len() && s[i].is_ascii_digit() {
@@ -816,23 +910,36 @@ pub(crate) fn parse_latency(s: &[u8], unit_ns: u64) -> Option<u64> {
     if int_digits == 0 && frac_digits == 0 {
         return None;
     }
-    let unit = match &s[i..] {
-        b"" => unit_ns,
-        b"ns" => 1,
-        b"us" | b"\xc2\xb5s" => 1_000,
-        b"ms" => 1_000_000,
-        b"s" => 1_000_000_000,
-        _ => return None,
-    };
-    let whole = int.checked_mul(unit)?;
-    // frac / 10^digits of a unit; units are powers of ten, so this is a shift of decimals.
-    let unit_digits = POW10.iter().position(|&p| p == unit).unwrap_or(0);
-    let part = if unit_digits >= frac_digits {
-        frac * POW10[unit_digits - frac_digits]
-    } else {
-        frac / POW10[frac_digits - unit_digits]
-    };
-    whole.checked_add(part)
+    Some(Decimal {
+        int,
+        int_digits,
+        frac,
+        frac_digits,
+        end: i,
+    })
+}
+
+impl Decimal {
+    /// The number, in units of `unit` nanoseconds (a power of ten), in nanoseconds.
+    #[inline]
+    fn scale(self, unit: u64) -> Option<u64> {
+        let whole = self.int.checked_mul(unit)?;
+        let unit_digits = match unit {
+            1 => 0,
+            1_000 => 3,
+            1_000_000 => 6,
+            1_000_000_000 => 9,
+            _ => POW10.iter().position(|&p| p == unit).unwrap_or(0),
+        };
+        // frac / 10^digits of a unit; units are powers of ten, so this is a shift of
+        // decimals.
+        let part = if unit_digits >= self.frac_digits {
+            self.frac * POW10[unit_digits - self.frac_digits]
+        } else {
+            self.frac / POW10[self.frac_digits - unit_digits]
+        };
+        whole.checked_add(part)
+    }
 }
 
 /// RFC 3339 (`2024-05-01T12:00:00.120Z`, a space for the `T`, an offset for the `Z`) to
@@ -945,27 +1052,43 @@ pub fn format_rfc3339(ns: u64) -> String {
     )
 }
 
-/// A JSON value borrowed from the line.
-#[derive(Debug, Clone, Copy)]
-enum Scalar<'a> {
-    Text(&'a [u8]),
-    Number(&'a [u8]),
-    Null,
+/// The fields fusebox reads from a JSON line, by the names a key may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Timestamp,
+    Route,
+    Status,
+    Error,
+    /// A latency in this many nanoseconds.
+    Latency(u64),
+    /// Any other key: its value is skipped.
+    Other,
 }
 
-impl<'a> Scalar<'a> {
-    fn bytes(self) -> &'a [u8] {
-        match self {
-            Scalar::Text(b) | Scalar::Number(b) => b,
-            Scalar::Null => b"",
-        }
-    }
-
-    fn is_null(self) -> bool {
-        matches!(self, Scalar::Null)
-    }
+/// What a JSON line said, as it is read.
+#[derive(Debug, Default)]
+struct JsonFields<'a> {
+    at: Option<u64>,
+    route: Option<&'a [u8]>,
+    status: Option<u16>,
+    /// The error kind as written: read only if there is no status.
+    error: Option<&'a [u8]>,
+    latency: Option<u64>,
 }
 
+/// A byte repeated in every byte of a word.
+const fn splat(b: u8) -> u64 {
+    0x0101_0101_0101_0101 * b as u64
+}
+
+/// The high bit of every byte of `w` that is zero (and maybe of bytes above the first:
+/// only the lowest set bit is exact).
+#[inline]
+fn zero_bytes(w: u64) -> u64 {
+    w.wrapping_sub(splat(1)) & !w & splat(0x80)
+}
+
+/// A cursor over one JSON line.
 struct JsonCursor<'a> {
     s: &'a [u8],
     i: usize,
@@ -989,48 +1112,193 @@ impl<'a> JsonCursor<'a> {
         }
     }
 
-    /// A string without escapes.
+    /// `word` (`true`, `false`, `null`) at the cursor, crossed.
+    #[inline]
+    fn literal(&mut self, word: &[u8]) -> bool {
+        if self.s[self.i.min(self.s.len())..].starts_with(word) {
+            self.i += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The key at the cursor. A name fusebox reads is told by its first byte and
+    /// compared whole, closing quote included, with the few names that start with it:
+    /// comparisons with constants, and a match holds no escape. Any other key is crossed
+    /// as a string and skipped. `None` for a key with escapes, or no key.
+    #[inline]
+    fn key(&mut self) -> Option<Key> {
+        let name = self.s.get(self.i..)?.strip_prefix(b"\"")?;
+        macro_rules! pick {
+            ($($text:literal => $key:expr),+ $(,)?) => {{
+                $(
+                    if name.starts_with($text) {
+                        self.i += 1 + $text.len();
+                        return Some($key);
+                    }
+                )+
+            }};
+        }
+        const MS: Key = Key::Latency(1_000_000);
+        const US: Key = Key::Latency(1_000);
+        const NS: Key = Key::Latency(1);
+        const S: Key = Key::Latency(1_000_000_000);
+        match name.first() {
+            Some(b't') => pick!(
+                b"timestamp\"" => Key::Timestamp,
+                b"ts\"" => Key::Timestamp,
+                b"time\"" => Key::Timestamp,
+            ),
+            Some(b'r') => pick!(b"route\"" => Key::Route, b"result\"" => Key::Status),
+            Some(b's') => pick!(b"status\"" => Key::Status, b"start\"" => Key::Timestamp),
+            Some(b'o') => pick!(b"outcome\"" => Key::Status),
+            Some(b'e') => pick!(b"error\"" => Key::Error, b"error_kind\"" => Key::Error),
+            Some(b'l') => pick!(
+                b"latency_ms\"" => MS,
+                b"latency\"" => MS,
+                b"latency_us\"" => US,
+                b"latency_ns\"" => NS,
+                b"latency_s\"" => S,
+            ),
+            Some(b'd') => pick!(
+                b"duration_ms\"" => MS,
+                b"duration\"" => MS,
+                b"duration_us\"" => US,
+                b"duration_ns\"" => NS,
+                b"duration_s\"" => S,
+            ),
+            _ => {}
+        }
+        self.plain_string().map(|_| Key::Other)
+    }
+
+    /// A string without escapes, its closing quote found eight bytes at a time.
     #[inline]
     fn plain_string(&mut self) -> Option<&'a [u8]> {
         if !self.eat(b'"') {
             return None;
         }
-        let start = self.i;
-        while self.i < self.s.len() {
-            match self.s[self.i] {
-                b'"' => {
-                    let out = &self.s[start..self.i];
-                    self.i += 1;
-                    return Some(out);
-                }
-                b'\\' => return None,
-                _ => self.i += 1,
+        let (s, start) = (self.s, self.i);
+        let mut i = start;
+        while let Some(chunk) = s.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            let w = u64::from_le_bytes(word);
+            let hits = zero_bytes(w ^ splat(b'"')) | zero_bytes(w ^ splat(b'\\'));
+            if hits != 0 {
+                i += (hits.trailing_zeros() / 8) as usize;
+                return self.close_string(start, i);
             }
+            i += 8;
+        }
+        while i < s.len() {
+            if matches!(s[i], b'"' | b'\\') {
+                return self.close_string(start, i);
+            }
+            i += 1;
         }
         None
     }
 
+    /// The string from `start` to `end`, if a quote (not an escape) ends it there.
     #[inline]
-    fn scalar(&mut self) -> Option<Scalar<'a>> {
-        match self.s.get(self.i)? {
-            b'"' => self.plain_string().map(Scalar::Text),
-            b'-' | b'0'..=b'9' => {
+    fn close_string(&mut self, start: usize, end: usize) -> Option<&'a [u8]> {
+        if self.s[end] != b'"' {
+            return None;
+        }
+        self.i = end + 1;
+        Some(&self.s[start..end])
+    }
+
+    /// A number as JSON writes it without sign or exponent (`0`, `12`, `12.5`), read in
+    /// place. `None`, the cursor unmoved, for anything else: the full parser reads a
+    /// sign or an exponent, and rejects a leading zero or a bare point.
+    #[inline]
+    fn plain_number(&mut self) -> Option<Decimal> {
+        let rest = self.s.get(self.i..)?;
+        let d = decimal(rest)?;
+        let leading_zero = rest[0] == b'0' && d.int_digits > 1;
+        if d.int_digits == 0 || leading_zero || rest[d.end - 1] == b'.' {
+            return None;
+        }
+        if matches!(
+            rest.get(d.end),
+            Some(b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+        ) {
+            return None;
+        }
+        self.i += d.end;
+        Some(d)
+    }
+
+    /// A timestamp string in the minute of the one before it, read in place by its
+    /// seconds; `None`, the cursor unmoved, for any other value.
+    #[inline]
+    fn cached_timestamp(&mut self, minute: &MinuteCache) -> Option<u64> {
+        let text = self.s.get(self.i..)?.strip_prefix(b"\"")?;
+        let (at, len) = minute.get_prefix(text)?;
+        if text.get(len) != Some(&b'"') {
+            return None;
+        }
+        self.i += len + 2;
+        Some(at)
+    }
+
+    /// A status of three digits, quoted (`"503"`) or not (`503`), read in place; `None`,
+    /// the cursor unmoved, for any other value.
+    #[inline]
+    fn three_digits(&mut self) -> Option<u16> {
+        let rest = self.s.get(self.i..)?;
+        let quote = usize::from(rest.first() == Some(&b'"'));
+        let digits = rest.get(quote..quote + 3)?;
+        let after = rest.get(quote + 3);
+        let closed = if quote == 1 {
+            after == Some(&b'"')
+        } else {
+            !matches!(after, Some(b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'))
+        };
+        if !closed || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        let n = digits
+            .iter()
+            .fold(0u16, |n, &d| n * 10 + u16::from(d - b'0'));
+        if n < 100 {
+            return None;
+        }
+        self.i += 3 + 2 * quote;
+        Some(n)
+    }
+
+    /// The value of a field fusebox reads, as written: `Some(Some(..))` for a string
+    /// without escapes or a plain number, `Some(None)` for null. `None` for anything
+    /// else (the full parser reads it).
+    #[inline]
+    fn field(&mut self) -> Option<Option<&'a [u8]>> {
+        match *self.s.get(self.i)? {
+            b'"' => self.plain_string().map(Some),
+            b'n' => self.literal(b"null").then_some(None),
+            _ => {
                 let start = self.i;
-                while self.i < self.s.len()
-                    && matches!(
-                        self.s[self.i],
-                        b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'
-                    )
-                {
-                    self.i += 1;
-                }
-                Some(Scalar::Number(&self.s[start..self.i]))
+                self.plain_number()?;
+                Some(Some(&self.s[start..self.i]))
             }
-            b'n' if self.s[self.i..].starts_with(b"null") => {
-                self.i += 4;
-                Some(Scalar::Null)
-            }
-            _ => None,
+        }
+    }
+
+    /// Crosses the value of a key fusebox does not read: a string without escapes, a
+    /// plain number, `true`, `false` or `null`. `false` for anything else (an object, an
+    /// array, an escape): the full parser reads the line.
+    #[inline]
+    fn skip_value(&mut self) -> bool {
+        match self.s.get(self.i) {
+            Some(b'"') => self.plain_string().is_some(),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
+            Some(_) => self.plain_number().is_some(),
+            None => false,
         }
     }
 }
