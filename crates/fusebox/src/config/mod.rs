@@ -250,7 +250,10 @@ impl PolicyFile {
             // The fallback function is code, given later: stand in for it.
             let placeholder =
                 Fallback::new(|_| http::Response::new(bytes::Bytes::new())).all_routes();
-            if let Err(e) = file.read(name).fallback(placeholder).build() {
+            // Checking only: a store on Redis is checked, not connected to.
+            let FilePolicy { builder, origins } = file.read(name);
+            let check = builder.fallback(placeholder).check_only();
+            if let Err(e) = check.build().map_err(|e| origins.map_error(e)) {
                 for p in e.problems() {
                     if !seen.contains(p) {
                         seen.push(p.clone());

@@ -200,6 +200,9 @@ pub struct PolicyBuilder<C = StandardClassifier> {
     breaker: Option<Result<CircuitBreakerConfig, ConfigError>>,
     breaker_key: Option<KeyBy>,
     breaker_store: Option<Result<BreakerStore, ConfigError>>,
+    /// Checking only (a policy file's validation): the store is checked, but the policy
+    /// built keeps its breaker in memory, so that checking starts no Redis connection.
+    check_only: bool,
     max_keys: Option<usize>,
     idle_timeout: Option<Duration>,
     listeners: Vec<Listener>,
@@ -239,6 +242,7 @@ impl Policy {
             breaker: None,
             breaker_key: None,
             breaker_store: None,
+            check_only: false,
             max_keys: None,
             idle_timeout: None,
             listeners: Vec::new(),
@@ -270,6 +274,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             breaker: self.breaker,
             breaker_key: self.breaker_key,
             breaker_store: self.breaker_store,
+            check_only: self.check_only,
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
             listeners: self.listeners,
@@ -387,6 +392,12 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// ```
     pub fn breaker_store(mut self, store: impl IntoConfig<BreakerStore>) -> Self {
         self.breaker_store = Some(store.into_config());
+        self
+    }
+
+    /// Marks the builder as building only to check a configuration (see `check_only`).
+    pub(crate) fn check_only(mut self) -> Self {
+        self.check_only = true;
         self
     }
 
@@ -542,7 +553,10 @@ impl<C: Classifier> PolicyBuilder<C> {
             },
             _ => None,
         };
-        let store = store.unwrap_or_default();
+        let store = match store {
+            Some(_) if self.check_only => BreakerStore::InMemory,
+            store => store.unwrap_or_default(),
+        };
         let breaker = match breaker {
             None => BreakerLayer::Off,
             Some(config) => {
