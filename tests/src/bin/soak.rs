@@ -35,8 +35,9 @@
 //!   16 MiB and 25 % (`--rss-slack-mib`, `--rss-slack-percent`). Why that bound: the
 //!   allocator keeps freed memory per thread and fragments, so RSS wanders by a few MiB
 //!   with no leak; what the bound must catch is growth with the number of calls or keys —
-//!   a leak of 100 bytes per call is 140 MiB over a 2-hour run at the default rate, and a
-//!   breaker map that did not evict would hold every one of the run's churn keys.
+//!   a leak of 100 bytes per request is 275 MiB over a 2-hour run at the default rate (and
+//!   16 MiB within 7 minutes), and a breaker map that did not evict would hold every one of
+//!   the run's 720,000 churn keys.
 //! - **Every breaker cycling**: each hot key's breaker stays closed through the first
 //!   healthy phase, opens (closed → open) in every failing phase and never closes there,
 //!   closes (half-open → closed) in every later healthy phase and does not re-open after
@@ -64,8 +65,9 @@
 
 use bytes::Bytes;
 use clap::Parser;
-use fusebox::breaker::{BreakerEvent, EventKind, State};
+use fusebox::breaker::{BreakerEvent, EventKind, KeyedBreakerHandle, State};
 use fusebox::error::{BudgetExhausted, CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
+use fusebox::limit::LimitHandle;
 use fusebox::policy::BreakerKey;
 use fusebox::{BoxError, CircuitBreakerConfig, Deadline, KeyBy, Policy, RetryConfig};
 use http::{Request, Response, StatusCode};
@@ -938,6 +940,97 @@ fn judge_memory(samples: &[(f64, u64)], warm_up: f64, slack_mib: u64, slack_pct:
 
 // === the run ===
 
+/// The policy under soak: retry budget → breaker keyed by `x-soak-key` → concurrency limit
+/// (three quarters of the workers, so that it sheds now and then in failing phases) →
+/// timeout. The breaker trips at 50 % failures over the last 20 calls once it has 10 (the
+/// churn keys, used twice each and retried at most twice, never get there); its events go
+/// to `cycles`.
+fn policy(config: &Config, cycles: Arc<Cycles>) -> Result<Policy, String> {
+    let key_by = KeyBy::custom(|head| {
+        head.headers()
+            .get(KEY_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    });
+    Policy::builder("soak")
+        .timeout(config.timeout)
+        .concurrency_limit((config.concurrency * 3 / 4).max(1))
+        .circuit_breaker(
+            CircuitBreakerConfig::builder("soak")
+                .count_window(20)
+                .minimum_calls(10)
+                .failure_rate_threshold(50)
+                .open_wait(config.open_wait)
+                .open_wait_jitter(config.jitter)
+                .permitted_probes(3)
+                .max_half_open_wait(Some(config.phase))
+                .seed(config.seed),
+        )
+        .breaker_key(key_by)
+        .max_keys(config.max_keys)
+        .idle_timeout(config.phase)
+        .on_breaker_event(move |e| cycles.record(e))
+        .retry_budget(
+            RetryConfig::builder()
+                .name("soak")
+                .max_attempts(3)
+                .base_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(100))
+                .seed(Some(config.seed)),
+        )
+        .build()
+        .map_err(|e| format!("the soak's policy is invalid: {e}"))
+}
+
+/// Samples RSS and the keys held every second until told to stop, printing a progress
+/// line as each phase ends; keeps the deliberate leak (`--leak-kib-per-sec`) if asked.
+async fn sample(
+    plan: Arc<Plan>,
+    cycles: Arc<Cycles>,
+    keyed: KeyedBreakerHandle<BreakerKey>,
+    server: Arc<ServerStats>,
+    mut stopped: watch::Receiver<bool>,
+) -> Samples {
+    let config = &plan.config;
+    let schedule = plan.schedule;
+    let mut samples = Samples {
+        rss: Vec::with_capacity(config.total().as_secs() as usize + 64),
+        ..Samples::default()
+    };
+    let mut tick = tokio::time::interval_at(schedule.start, Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut shown = 0u32;
+    loop {
+        let stop = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stopped.changed() => true,
+        };
+        let now = Instant::now();
+        let t = now.saturating_duration_since(schedule.start).as_secs_f64();
+        if let Some(rss) = rss_bytes() {
+            samples.rss.push((t, rss));
+        }
+        samples.max_keys_held = samples.max_keys_held.max(keyed.len());
+        if config.leak_kib_per_sec > 0 && t >= config.warm_up.as_secs_f64() {
+            let kib = usize::try_from(config.leak_kib_per_sec).unwrap_or(usize::MAX);
+            samples.leaked.push(vec![1u8; kib.saturating_mul(1024)]);
+        }
+        let phase = schedule.index_at(now);
+        while !config.quiet && shown < phase {
+            let rss = samples.rss.last().map_or(0, |(_, r)| *r);
+            say!(
+                "{}",
+                progress(&plan, &cycles, shown, keyed.len(), &server, rss)
+            );
+            shown += 1;
+        }
+        if stop {
+            return samples;
+        }
+    }
+}
+
 /// The progress line of phase `done` (0-based), once it is over.
 fn progress(
     plan: &Plan,
@@ -993,6 +1086,339 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / MIB as f64
 }
 
+/// The run's counts, read once at the end.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    issued: u64,
+    completed: u64,
+    stuck: u64,
+    in_flight: u64,
+    received: u64,
+    server_done: u64,
+    server_in_flight: u64,
+    sent: u64,
+    sent_ok: u64,
+    sent_failed: u64,
+    cancelled: u64,
+    distinct_keys: u64,
+    key_bound: usize,
+}
+
+/// Everything a finished run observed, to judge and to summarise.
+struct Finished<'a> {
+    elapsed: Duration,
+    config: &'a Config,
+    plan: &'a Plan,
+    cycles: &'a Cycles,
+    keyed: &'a KeyedBreakerHandle<BreakerKey>,
+    limit: &'a LimitHandle,
+    server: &'a ServerStats,
+    attempts: &'a Attempts,
+    samples: &'a Samples,
+    memory: Memory,
+    join_errors: &'a [String],
+}
+
+impl Finished<'_> {
+    /// The counts both the checks and the summary read.
+    fn counts(&self) -> Counts {
+        let (load, s, a) = (&self.plan.load, self.server, self.attempts);
+        let issued = load.issued.load(Ordering::SeqCst);
+        Counts {
+            issued,
+            completed: load.completed.load(Ordering::SeqCst),
+            stuck: load.stuck.load(Ordering::SeqCst),
+            in_flight: load.in_flight.load(Ordering::SeqCst),
+            received: s.received.load(Ordering::SeqCst),
+            server_done: s.completed.load(Ordering::SeqCst),
+            server_in_flight: s.in_flight.load(Ordering::SeqCst),
+            sent: a.sent.load(Ordering::SeqCst),
+            sent_ok: a.ok.load(Ordering::SeqCst),
+            sent_failed: a.failed.load(Ordering::SeqCst),
+            cancelled: a.cancelled.load(Ordering::SeqCst),
+            // Odd requests go to churn keys, two each; plus the hot keys.
+            distinct_keys: issued.div_ceil(4) + self.config.hot_keys as u64,
+            key_bound: self.config.max_keys + self.config.concurrency,
+        }
+    }
+
+    /// Every soak check that failed, each as a sentence.
+    fn failures(&self) -> Vec<String> {
+        let (config, plan, cycles, keyed, samples, memory) = (
+            self.config,
+            self.plan,
+            self.cycles,
+            self.keyed,
+            self.samples,
+            self.memory,
+        );
+        let load = &plan.load;
+        let Counts {
+            issued,
+            completed,
+            stuck,
+            in_flight,
+            received,
+            server_done,
+            server_in_flight,
+            sent,
+            sent_ok,
+            sent_failed,
+            cancelled,
+            distinct_keys,
+            key_bound,
+        } = self.counts();
+        let (limit, join_errors) = (self.limit, self.join_errors);
+        let mut failures = Vec::new();
+        let panics = PANICS.load(Ordering::SeqCst);
+        if panics > 0 {
+            failures.push(format!(
+                "{panics} panics; the first: {}",
+                FIRST_PANIC.get().map_or("?", String::as_str)
+            ));
+        }
+        for e in join_errors {
+            failures.push(format!("a task ended abnormally: {e}"));
+        }
+
+        if memory.samples == 0 {
+            failures.push("no RSS sample: /proc/self/status is unreadable".to_owned());
+        } else if memory.max_after > memory.bound {
+            failures.push(format!(
+                "resident memory grew after the warm-up: {:.1} MiB, over the bound of {:.1} MiB (warm-up level {:.1} MiB + max({} MiB, {} %))",
+                mib(memory.max_after),
+                mib(memory.bound),
+                mib(memory.warm_level),
+                config.rss_slack_mib,
+                config.rss_slack_percent,
+            ));
+        }
+
+        failures.extend(cycles.check());
+        for (i, name) in plan.hot_names.iter().enumerate() {
+            match keyed.get(&BreakerKey::Text(name.clone())) {
+                Some(h) if h.state() != State::Closed => failures.push(format!(
+                    "hot-{i}'s breaker is {} at the end of the run, after a healthy phase",
+                    h.state()
+                )),
+                // Evicted while closed (a full shard with no idle key evicts a closed breaker
+                // with no call in flight): a missing breaker reads as closed.
+                Some(_) | None => {}
+            }
+        }
+        if samples.max_keys_held > key_bound {
+            failures.push(format!(
+                "the keyed breaker held {} keys, over max_keys {} + {} calls in flight",
+                samples.max_keys_held, config.max_keys, config.concurrency
+            ));
+        }
+
+        if stuck > 0 {
+            failures.push(format!(
+                "{stuck} requests did not end within their deadline ({}) + grace ({})",
+                humantime::format_duration(config.deadline),
+                humantime::format_duration(config.grace)
+            ));
+        }
+        if issued != completed + stuck {
+            failures.push(format!(
+                "{issued} requests issued, but {completed} completed and {stuck} stuck: {} lost",
+                issued.saturating_sub(completed + stuck)
+            ));
+        }
+        if in_flight != 0 {
+            failures.push(format!(
+                "{in_flight} requests still in flight in the workers"
+            ));
+        }
+        if limit.in_flight() != 0 {
+            failures.push(format!(
+                "the concurrency limit still counts {} calls in flight",
+                limit.in_flight()
+            ));
+        }
+        let other = load.count(Ending::OtherError);
+        if other > 0 {
+            failures.push(format!(
+                "{other} requests ended with an error that is neither fusebox's nor the client's"
+            ));
+        }
+        if server_in_flight != 0 || server_done != received {
+            failures.push(format!(
+                "the server still has {server_in_flight} requests in flight ({received} received, {server_done} done)"
+            ));
+        }
+        if sent != sent_ok + sent_failed + cancelled {
+            failures.push(format!(
+                "the client sent {sent} attempts, but {sent_ok} answered + {sent_failed} failed + {cancelled} cancelled = {}",
+                sent_ok + sent_failed + cancelled
+            ));
+        }
+        if received > sent {
+            failures.push(format!(
+                "the server received {received} requests, more than the {sent} the client sent"
+            ));
+        }
+        if received < sent_ok {
+            failures.push(format!(
+                "the client got {sent_ok} responses, but the server received only {received} requests"
+            ));
+        }
+        if distinct_keys <= config.max_keys as u64 {
+            failures.push(format!(
+                "only {distinct_keys} distinct keys were used, not more than max_keys {}: eviction was not exercised (raise --rate or --duration, or lower --max-keys)",
+                config.max_keys
+            ));
+        }
+
+        failures
+    }
+
+    /// What the run did, in a few lines.
+    fn summary(&self) -> String {
+        let (config, plan, cycles, keyed, samples, memory) = (
+            self.config,
+            self.plan,
+            self.cycles,
+            self.keyed,
+            self.samples,
+            self.memory,
+        );
+        let (load, s) = (&plan.load, self.server);
+        let Counts {
+            issued,
+            completed,
+            stuck,
+            in_flight,
+            received,
+            server_done,
+            server_in_flight,
+            sent,
+            sent_ok,
+            sent_failed,
+            cancelled,
+            distinct_keys,
+            key_bound,
+        } = self.counts();
+        let (elapsed, schedule) = (self.elapsed, plan.schedule);
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "soak: {} phases of {} ({} issuing, {} healthy / {} failing), {} req/s target, {} workers, {} hot keys, max_keys {}",
+            config.phases,
+            humantime::format_duration(config.phase),
+            humantime::format_duration(Duration::from_millis(elapsed.as_millis() as u64)),
+            config.phases / 2 + 1,
+            config.phases / 2,
+            config.rate,
+            config.concurrency,
+            config.hot_keys,
+            config.max_keys,
+        );
+        let _ = writeln!(
+            out,
+            "requests: {issued} issued, {completed} completed, {stuck} stuck, {in_flight} in flight at the end; {:.0} req/s achieved",
+            completed as f64 / elapsed.as_secs_f64().max(1e-9)
+        );
+        let endings: Vec<String> = ENDINGS
+            .iter()
+            .map(|(e, name)| format!("{name} {}", load.count(*e)))
+            .collect();
+        let _ = writeln!(out, "  by outcome: {}", endings.join(", "));
+        let _ = writeln!(
+            out,
+            "  latency: p50 <= {:.1} ms, p99 <= {:.1} ms, max {:.1} ms; {} past the {} deadline (within grace)",
+            load.quantile_ms(0.5),
+            load.quantile_ms(0.99),
+            load.max_latency_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            load.over_deadline.load(Ordering::Relaxed),
+            humantime::format_duration(config.deadline),
+        );
+        let _ = writeln!(
+            out,
+            "client attempts: {sent} sent = {sent_ok} answered + {sent_failed} failed + {cancelled} cancelled; most requests in flight {}",
+            load.max_in_flight.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "server: {received} received, {server_done} done, {server_in_flight} in flight; {} 200, {} 503, {} held past the timeout, {} reset",
+            s.ok.load(Ordering::Relaxed),
+            s.unavailable.load(Ordering::Relaxed),
+            s.held.load(Ordering::Relaxed),
+            s.reset.load(Ordering::Relaxed),
+        );
+        let t = |i: usize| cycles.totals[i].load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "transitions: closed->open {}, open->half_open {}, half_open->open {}, half_open->closed {}, other {}; churn keys {}",
+            t(0),
+            t(1),
+            t(2),
+            t(3),
+            t(4),
+            cycles.churn_transitions.load(Ordering::Relaxed),
+        );
+        let cells = cycles.cells();
+        for h in 0..config.hot_keys {
+            let (mut opened_in, mut closed_in, mut sum) = (0, 0, Cell::default());
+            for p in 0..config.phases {
+                let c = cells[p as usize * config.hot_keys + h];
+                if schedule.failing(p) && c.opened > 0 {
+                    opened_in += 1;
+                }
+                if p > 0 && !schedule.failing(p) && c.closed > 0 {
+                    closed_in += 1;
+                }
+                sum.opened += c.opened;
+                sum.half_opened += c.half_opened;
+                sum.reopened += c.reopened;
+                sum.closed += c.closed;
+            }
+            let _ = writeln!(
+                out,
+                "  hot-{h}: opened in {opened_in}/{} failing phases, closed in {closed_in}/{} healthy ones; {} opens, {} half-opens, {} re-opens, {} closes",
+                config.phases / 2,
+                config.phases / 2,
+                sum.opened,
+                sum.half_opened,
+                sum.reopened,
+                sum.closed,
+            );
+        }
+        let remade = cycles.remade();
+        let _ = writeln!(
+            out,
+            "hot breakers evicted and made anew: {} while closed, {} while open or half-open",
+            remade.closed, remade.open
+        );
+        if remade.open > 0 {
+            let _ = writeln!(
+                out,
+                "  note: an open breaker of a key in constant use was evicted (a forced sweep of a full shard right after another keeps only the keys used in between); its new breaker let calls through to the failing dependency until it re-opened"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "keys: {distinct_keys} distinct over the run, at most {} held (bound {}), {} at the end",
+            samples.max_keys_held,
+            key_bound,
+            keyed.len()
+        );
+        let _ = writeln!(
+            out,
+            "rss: {} samples, min {:.1} MiB, warm-up ({}) level {:.1} MiB, max after {:.1} MiB, last {:.1} MiB, bound {:.1} MiB",
+            memory.samples,
+            mib(memory.min),
+            humantime::format_duration(config.warm_up),
+            mib(memory.warm_level),
+            mib(memory.max_after),
+            mib(memory.last),
+            mib(memory.bound),
+        );
+        out
+    }
+}
+
 async fn run(config: Config) -> Result<Outcome, String> {
     let start = Instant::now() + Duration::from_millis(100);
     let schedule = Schedule {
@@ -1005,42 +1431,7 @@ async fn run(config: Config) -> Result<Outcome, String> {
         .map_err(|e| format!("cannot start the dependency on 127.0.0.1: {e}"))?;
     let cycles = Arc::new(Cycles::new(schedule, config.hot_keys));
 
-    let listener = Arc::clone(&cycles);
-    let key_by = KeyBy::custom(|head| {
-        head.headers()
-            .get(KEY_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned()
-    });
-    let policy = Policy::builder("soak")
-        .timeout(config.timeout)
-        .concurrency_limit((config.concurrency * 3 / 4).max(1))
-        .circuit_breaker(
-            CircuitBreakerConfig::builder("soak")
-                .count_window(20)
-                .minimum_calls(10)
-                .failure_rate_threshold(50)
-                .open_wait(config.open_wait)
-                .open_wait_jitter(config.jitter)
-                .permitted_probes(3)
-                .max_half_open_wait(Some(config.phase))
-                .seed(config.seed),
-        )
-        .breaker_key(key_by)
-        .max_keys(config.max_keys)
-        .idle_timeout(config.phase)
-        .on_breaker_event(move |e| listener.record(e))
-        .retry_budget(
-            RetryConfig::builder()
-                .name("soak")
-                .max_attempts(3)
-                .base_delay(Duration::from_millis(10))
-                .max_delay(Duration::from_millis(100))
-                .seed(Some(config.seed)),
-        )
-        .build()
-        .map_err(|e| format!("the soak's policy is invalid: {e}"))?;
+    let policy = policy(&config, Arc::clone(&cycles))?;
     let keyed = policy
         .keyed_breaker_handle()
         .ok_or("the soak's policy has no keyed breaker")?;
@@ -1077,53 +1468,14 @@ async fn run(config: Config) -> Result<Outcome, String> {
         config: config.clone(),
     });
 
-    // The sampler: RSS and keys held every second, a progress line per phase.
-    let (stop_sampler, mut sampler_stopped) = watch::channel(false);
-    let sampler = {
-        let plan = Arc::clone(&plan);
-        let keyed = keyed.clone();
-        let cycles = Arc::clone(&cycles);
-        let server_stats = Arc::clone(&server.stats);
-        let capacity = config.total().as_secs() as usize + 64;
-        tokio::spawn(async move {
-            let mut samples = Samples {
-                rss: Vec::with_capacity(capacity),
-                ..Samples::default()
-            };
-            let mut tick = tokio::time::interval_at(start, Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut shown = 0u32;
-            loop {
-                let stop = tokio::select! {
-                    _ = tick.tick() => false,
-                    _ = sampler_stopped.changed() => true,
-                };
-                let now = Instant::now();
-                let t = now.saturating_duration_since(start).as_secs_f64();
-                if let Some(rss) = rss_bytes() {
-                    samples.rss.push((t, rss));
-                }
-                samples.max_keys_held = samples.max_keys_held.max(keyed.len());
-                if plan.config.leak_kib_per_sec > 0 && t >= plan.config.warm_up.as_secs_f64() {
-                    samples
-                        .leaked
-                        .push(vec![1u8; plan.config.leak_kib_per_sec as usize * 1024]);
-                }
-                let phase = schedule.index_at(now);
-                while !plan.config.quiet && shown < phase {
-                    let rss = samples.rss.last().map_or(0, |(_, r)| *r);
-                    say!(
-                        "{}",
-                        progress(&plan, &cycles, shown, keyed.len(), &server_stats, rss)
-                    );
-                    shown += 1;
-                }
-                if stop {
-                    return samples;
-                }
-            }
-        })
-    };
+    let (stop_sampler, sampler_stopped) = watch::channel(false);
+    let sampler = tokio::spawn(sample(
+        Arc::clone(&plan),
+        Arc::clone(&cycles),
+        keyed.clone(),
+        Arc::clone(&server.stats),
+        sampler_stopped,
+    ));
 
     let workers: Vec<_> = (0..config.concurrency)
         .map(|_| tokio::spawn(worker(svc.clone(), Arc::clone(&plan))))
@@ -1149,251 +1501,28 @@ async fn run(config: Config) -> Result<Outcome, String> {
             Samples::default()
         }
     };
-    let elapsed = finished.saturating_duration_since(start);
-
-    // === the verdict ===
-    let mut failures = Vec::new();
-    let panics = PANICS.load(Ordering::SeqCst);
-    if panics > 0 {
-        failures.push(format!(
-            "{panics} panics; the first: {}",
-            FIRST_PANIC.get().map_or("?", String::as_str)
-        ));
-    }
-    for e in &join_errors {
-        failures.push(format!("a task ended abnormally: {e}"));
-    }
-
     let memory = judge_memory(
         &samples.rss,
         config.warm_up.as_secs_f64(),
         config.rss_slack_mib,
         config.rss_slack_percent,
     );
-    if memory.samples == 0 {
-        failures.push("no RSS sample: /proc/self/status is unreadable".to_owned());
-    } else if memory.max_after > memory.bound {
-        failures.push(format!(
-            "resident memory grew after the warm-up: {:.1} MiB, over the bound of {:.1} MiB (warm-up level {:.1} MiB + max({} MiB, {} %))",
-            mib(memory.max_after),
-            mib(memory.bound),
-            mib(memory.warm_level),
-            config.rss_slack_mib,
-            config.rss_slack_percent,
-        ));
-    }
-
-    failures.extend(cycles.check());
-    for (i, name) in plan.hot_names.iter().enumerate() {
-        match keyed.get(&BreakerKey::Text(name.clone())) {
-            Some(h) if h.state() != State::Closed => failures.push(format!(
-                "hot-{i}'s breaker is {} at the end of the run, after a healthy phase",
-                h.state()
-            )),
-            // Evicted while closed (a full shard with no idle key evicts a closed breaker
-            // with no call in flight): a missing breaker reads as closed.
-            Some(_) | None => {}
-        }
-    }
-    let key_bound = config.max_keys + config.concurrency;
-    if samples.max_keys_held > key_bound {
-        failures.push(format!(
-            "the keyed breaker held {} keys, over max_keys {} + {} calls in flight",
-            samples.max_keys_held, config.max_keys, config.concurrency
-        ));
-    }
-
-    let load = &plan.load;
-    let issued = load.issued.load(Ordering::SeqCst);
-    let completed = load.completed.load(Ordering::SeqCst);
-    let stuck = load.stuck.load(Ordering::SeqCst);
-    let in_flight = load.in_flight.load(Ordering::SeqCst);
-    if stuck > 0 {
-        failures.push(format!(
-            "{stuck} requests did not end within their deadline ({}) + grace ({})",
-            humantime::format_duration(config.deadline),
-            humantime::format_duration(config.grace)
-        ));
-    }
-    if issued != completed + stuck {
-        failures.push(format!(
-            "{issued} requests issued, but {completed} completed and {stuck} stuck: {} lost",
-            issued.saturating_sub(completed + stuck)
-        ));
-    }
-    if in_flight != 0 {
-        failures.push(format!(
-            "{in_flight} requests still in flight in the workers"
-        ));
-    }
-    if limit.in_flight() != 0 {
-        failures.push(format!(
-            "the concurrency limit still counts {} calls in flight",
-            limit.in_flight()
-        ));
-    }
-    let other = load.count(Ending::OtherError);
-    if other > 0 {
-        failures.push(format!(
-            "{other} requests ended with an error that is neither fusebox's nor the client's"
-        ));
-    }
-    let s = &server.stats;
-    let received = s.received.load(Ordering::SeqCst);
-    let server_done = s.completed.load(Ordering::SeqCst);
-    let server_in_flight = s.in_flight.load(Ordering::SeqCst);
-    let sent = attempts.sent.load(Ordering::SeqCst);
-    let sent_ok = attempts.ok.load(Ordering::SeqCst);
-    let sent_failed = attempts.failed.load(Ordering::SeqCst);
-    let cancelled = attempts.cancelled.load(Ordering::SeqCst);
-    if server_in_flight != 0 || server_done != received {
-        failures.push(format!(
-            "the server still has {server_in_flight} requests in flight ({received} received, {server_done} done)"
-        ));
-    }
-    if sent != sent_ok + sent_failed + cancelled {
-        failures.push(format!(
-            "the client sent {sent} attempts, but {sent_ok} answered + {sent_failed} failed + {cancelled} cancelled = {}",
-            sent_ok + sent_failed + cancelled
-        ));
-    }
-    if received > sent {
-        failures.push(format!(
-            "the server received {received} requests, more than the {sent} the client sent"
-        ));
-    }
-    if received < sent_ok {
-        failures.push(format!(
-            "the client got {sent_ok} responses, but the server received only {received} requests"
-        ));
-    }
-    let distinct_keys = issued.div_ceil(4) + config.hot_keys as u64;
-    if distinct_keys <= config.max_keys as u64 {
-        failures.push(format!(
-            "only {distinct_keys} distinct keys were used, not more than max_keys {}: eviction was not exercised (raise --rate or --duration, or lower --max-keys)",
-            config.max_keys
-        ));
-    }
-
-    // === the summary ===
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "soak: {} phases of {} ({} issuing, {} healthy / {} failing), {} req/s target, {} workers, {} hot keys, max_keys {}",
-        config.phases,
-        humantime::format_duration(config.phase),
-        humantime::format_duration(Duration::from_millis(elapsed.as_millis() as u64)),
-        config.phases / 2 + 1,
-        config.phases / 2,
-        config.rate,
-        config.concurrency,
-        config.hot_keys,
-        config.max_keys,
-    );
-    let _ = writeln!(
-        out,
-        "requests: {issued} issued, {completed} completed, {stuck} stuck, {in_flight} in flight at the end; {:.0} req/s achieved",
-        completed as f64 / elapsed.as_secs_f64().max(1e-9)
-    );
-    let endings: Vec<String> = ENDINGS
-        .iter()
-        .map(|(e, name)| format!("{name} {}", load.count(*e)))
-        .collect();
-    let _ = writeln!(out, "  by outcome: {}", endings.join(", "));
-    let _ = writeln!(
-        out,
-        "  latency: p50 <= {:.1} ms, p99 <= {:.1} ms, max {:.1} ms; {} past the {} deadline (within grace)",
-        load.quantile_ms(0.5),
-        load.quantile_ms(0.99),
-        load.max_latency_us.load(Ordering::Relaxed) as f64 / 1000.0,
-        load.over_deadline.load(Ordering::Relaxed),
-        humantime::format_duration(config.deadline),
-    );
-    let _ = writeln!(
-        out,
-        "client attempts: {sent} sent = {sent_ok} answered + {sent_failed} failed + {cancelled} cancelled; most requests in flight {}",
-        load.max_in_flight.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "server: {received} received, {server_done} done, {server_in_flight} in flight; {} 200, {} 503, {} held past the timeout, {} reset",
-        s.ok.load(Ordering::Relaxed),
-        s.unavailable.load(Ordering::Relaxed),
-        s.held.load(Ordering::Relaxed),
-        s.reset.load(Ordering::Relaxed),
-    );
-    let t = |i: usize| cycles.totals[i].load(Ordering::Relaxed);
-    let _ = writeln!(
-        out,
-        "transitions: closed->open {}, open->half_open {}, half_open->open {}, half_open->closed {}, other {}; churn keys {}",
-        t(0),
-        t(1),
-        t(2),
-        t(3),
-        t(4),
-        cycles.churn_transitions.load(Ordering::Relaxed),
-    );
-    let cells = cycles.cells();
-    for h in 0..config.hot_keys {
-        let (mut opened_in, mut closed_in, mut sum) = (0, 0, Cell::default());
-        for p in 0..config.phases {
-            let c = cells[p as usize * config.hot_keys + h];
-            if schedule.failing(p) && c.opened > 0 {
-                opened_in += 1;
-            }
-            if p > 0 && !schedule.failing(p) && c.closed > 0 {
-                closed_in += 1;
-            }
-            sum.opened += c.opened;
-            sum.half_opened += c.half_opened;
-            sum.reopened += c.reopened;
-            sum.closed += c.closed;
-        }
-        let _ = writeln!(
-            out,
-            "  hot-{h}: opened in {opened_in}/{} failing phases, closed in {closed_in}/{} healthy ones; {} opens, {} half-opens, {} re-opens, {} closes",
-            config.phases / 2,
-            config.phases / 2,
-            sum.opened,
-            sum.half_opened,
-            sum.reopened,
-            sum.closed,
-        );
-    }
-    let remade = cycles.remade();
-    let _ = writeln!(
-        out,
-        "hot breakers evicted and made anew: {} while closed, {} while open or half-open",
-        remade.closed, remade.open
-    );
-    if remade.open > 0 {
-        let _ = writeln!(
-            out,
-            "  note: an open breaker of a key in constant use was evicted (a forced sweep of a full shard right after another keeps only the keys used in between); its new breaker let calls through to the failing dependency until it re-opened"
-        );
-    }
-    let _ = writeln!(
-        out,
-        "keys: {distinct_keys} distinct over the run, at most {} held (bound {}), {} at the end",
-        samples.max_keys_held,
-        key_bound,
-        keyed.len()
-    );
-    let _ = writeln!(
-        out,
-        "rss: {} samples, min {:.1} MiB, warm-up ({}) level {:.1} MiB, max after {:.1} MiB, last {:.1} MiB, bound {:.1} MiB",
-        memory.samples,
-        mib(memory.min),
-        humantime::format_duration(config.warm_up),
-        mib(memory.warm_level),
-        mib(memory.max_after),
-        mib(memory.last),
-        mib(memory.bound),
-    );
-    drop(samples.leaked);
+    let finished = Finished {
+        elapsed: finished.saturating_duration_since(start),
+        config: &config,
+        plan: &plan,
+        cycles: &cycles,
+        keyed: &keyed,
+        limit: &limit,
+        server: &server.stats,
+        attempts: &attempts,
+        samples: &samples,
+        memory,
+        join_errors: &join_errors,
+    };
     Ok(Outcome {
-        failures,
-        summary: out,
+        failures: finished.failures(),
+        summary: finished.summary(),
     })
 }
 
