@@ -1491,4 +1491,409 @@ mod tests {
             "c.jsonl:1:1: expected a JSON object ({...}) on each line"
         );
     }
+
+    /// The fast path's call for one line, and the full parser's, each from its own reader.
+    fn both(
+        line: &str,
+    ) -> (
+        Result<Option<RawCall<'_>>, String>,
+        Result<RawCall<'_>, String>,
+    ) {
+        let mut fast = CallReader::new("c.jsonl", b"", Format::JsonLines);
+        let mut slow = CallReader::new("c.jsonl", b"", Format::JsonLines);
+        (
+            fast.json_fast(line.as_bytes()).map_err(|e| e.to_string()),
+            slow.json_slow(line.as_bytes()).map_err(|e| e.to_string()),
+        )
+    }
+
+    /// `line` is read by the fast path, to the full parser's call (or error).
+    #[track_caller]
+    fn fast_as_slow(line: &str) -> Result<RawCall<'_>, String> {
+        match both(line) {
+            (Ok(Some(fast)), slow) => {
+                assert_eq!(Ok(fast), slow, "{line}");
+                Ok(fast)
+            }
+            (Ok(None), _) => panic!("the fast path declined {line}"),
+            (Err(fast), slow) => {
+                assert_eq!(Err(fast.clone()), slow, "{line}");
+                Err(fast)
+            }
+        }
+    }
+
+    /// `line` goes to the full parser.
+    #[track_caller]
+    fn declined(line: &str) {
+        assert!(matches!(both(line).0, Ok(None)), "{line}");
+    }
+
+    fn call(at: u64, route: &[u8], result: u16, latency: u64) -> RawCall<'_> {
+        RawCall {
+            at,
+            route,
+            result,
+            latency,
+        }
+    }
+
+    #[test]
+    fn json_fast_path_branches_read_as_the_full_parser() {
+        let at = 1_714_564_800_120_000_000;
+        // Any key order, whitespace anywhere, other keys of every plain kind skipped.
+        assert_eq!(
+            fast_as_slow(
+                " {\t\"latency_us\" : 800 ,\"x\":true,\"route\":\"GET /a\", \"y\": false, \"z\":null, \"n\": 0.5, \"status\":\"503\" , \"timestamp\":\"2024-05-01T12:00:00.120Z\" } "
+            ),
+            Ok(call(at, b"GET /a", 503, 800_000))
+        );
+        // Near-miss names are other keys, not the fields they resemble.
+        assert_eq!(
+            fast_as_slow(
+                r#"{"ts":1,"tss":"x","timestamp_ns":"x","routes":"x","status_code":"x","latency_total":"x","route":"/a","status":200,"latency_s":0.25}"#
+            ),
+            Ok(call(1_000_000_000, b"/a", 200, 250_000_000))
+        );
+        // Numbers and strings: a status or latency either way, a latency with its unit.
+        for line in [
+            r#"{"ts":"1","route":"/a","status":"200","latency":"12.5"}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":12.5}"#,
+            r#"{"start":1.0,"route":"/a","result":200,"duration":"12500us"}"#,
+        ] {
+            assert_eq!(
+                fast_as_slow(line),
+                Ok(call(1_000_000_000, b"/a", 200, 12_500_000)),
+                "{line}"
+            );
+        }
+        // Null is an absent field; an error kind counts only without a status, in any
+        // order (a bad one is then not read).
+        assert_eq!(
+            fast_as_slow(
+                r#"{"ts":1,"latency_ms":null,"route":"/a","error":"bogus","status":200,"latency_ns":5}"#
+            ),
+            Ok(call(1_000_000_000, b"/a", 200, 5))
+        );
+        assert_eq!(
+            fast_as_slow(r#"{"status":null,"ts":1,"route":"/a","error_kind":"reset","latency":1}"#),
+            Ok(call(1_000_000_000, b"/a", ERROR_BASE + 1, 1_000_000))
+        );
+        assert_eq!(
+            fast_as_slow(r#"{"ts":null,"route":null,"status":null,"latency":null}"#),
+            Err("c.jsonl:0:1: missing timestamp, route, status (or error), latency_ms".into())
+        );
+        assert_eq!(
+            fast_as_slow(r#"{"ts":1,"route":"","outcome":"grpc:14","latency":1}"#),
+            Err("c.jsonl:0:1: missing route".into())
+        );
+        assert!(
+            fast_as_slow(r#"{"ts":1,"route":"/a","error":"bogus","latency":1}"#)
+                .unwrap_err()
+                .starts_with("c.jsonl:0:1: bad status \"bogus\"")
+        );
+        assert!(
+            fast_as_slow(r#"{"ts":1,"route":"/a","status":200.0,"latency":1}"#)
+                .unwrap_err()
+                .starts_with("c.jsonl:0:1: bad status \"200.0\"")
+        );
+        // Escapes in keys or values, nested values, numbers with a sign or an exponent
+        // and invalid JSON go to the full parser.
+        for line in [
+            r#"{"ts":1,"\u0072oute":"/a","status":200,"latency":1}"#,
+            r#"{"ts":1,"route":"/a","note":"a \"quoted\" word","status":200,"latency":1}"#,
+            r#"{"ts":1,"route":"/a","extra":{"x":[1]},"status":200,"latency":1}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":1e3}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":-5}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":05}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":5.}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":true}"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":1} x"#,
+            r#"{"ts":1,"route":"/a","status":200,"latency":1,}"#,
+        ] {
+            declined(line);
+        }
+        // ... which reads them as JSON says.
+        let mut r = CallReader::new("c.jsonl", b"", Format::JsonLines);
+        assert_eq!(
+            r.json_line(br#"{"ts":1,"\u0072oute":"/a","status":200,"latency":1e3}"#)
+                .map_err(|e| e.to_string()),
+            Ok(call(1_000_000_000, b"/a", 200, 1_000_000_000))
+        );
+    }
+
+    #[test]
+    fn json_timestamps_in_place_read_as_the_full_parse() {
+        let line =
+            |ts: &str| format!(r#"{{"timestamp":"{ts}","route":"/a","status":200,"latency":1}}"#);
+        let good = [
+            "2024-05-01T12:00:00.120Z",
+            "2024-05-01T12:00:07Z",
+            "2024-05-01T12:00:59.999999999Z",
+            "2024-05-01T12:00:60Z",
+            "2024-05-01T12:00:08.5z",
+            "2024-05-01T12:01:00Z",
+            "2024-05-01 12:01:00+02:00",
+            "2024-05-01T12:01:03+02:00",
+        ];
+        // In the cached minute, a bad second or zone is still the full parse's error.
+        let bad = [
+            (
+                "2024-05-01T12:01:61+02:00",
+                "the time of day is out of range",
+            ),
+            ("2024-05-01T12:01:0x+02:00", "expected RFC 3339"),
+            ("2024-05-01T12:01:03+02:0", "expected a time zone"),
+            (
+                "2024-05-01T12:01:03.+02:00",
+                "expected digits after the decimal point",
+            ),
+        ];
+        let texts: Vec<String> = good
+            .iter()
+            .chain(bad.iter().map(|b| &b.0))
+            .map(|ts| line(ts))
+            .collect();
+        let mut r = CallReader::new("c.jsonl", b"", Format::JsonLines);
+        for (ts, text) in good.iter().zip(&texts) {
+            let expected = parse_rfc3339(ts.as_bytes()).unwrap();
+            let got = r.json_fast(text.as_bytes()).map_err(|e| e.to_string());
+            assert_eq!(got.map(|c| c.map(|c| c.at)), Ok(Some(expected)), "{ts}");
+        }
+        for ((ts, why), text) in bad.iter().zip(&texts[good.len()..]) {
+            let err = r.json_fast(text.as_bytes()).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("c.jsonl:0:1: bad timestamp {ts:?}: {why}")),
+                "{err}"
+            );
+        }
+    }
+
+    /// Choices that build a JSON line; 0 is the plainest (and what a shrunk case tends to).
+    struct Choices<'c>(std::slice::Iter<'c, u8>);
+
+    impl Choices<'_> {
+        fn pick(&mut self, n: usize) -> usize {
+            self.0.next().map_or(0, |&c| usize::from(c) % n)
+        }
+
+        fn ws(&mut self) -> &'static str {
+            ["", "", " ", "\t", "  "][self.pick(5)]
+        }
+    }
+
+    /// A JSON line from `c`, and whether the fast path must take it (no escapes, nested
+    /// values, or numbers with a sign or an exponent). At most one value is bad, so both
+    /// parsers must report the same error.
+    fn json_line_from(c: &mut Choices<'_>, minute: usize) -> (String, bool) {
+        let mut fast = true;
+        let mut bad = false;
+        let mut bad_once = |c: &mut Choices<'_>, n: usize, good: usize| {
+            let k = c.pick(n);
+            if k >= good {
+                if bad {
+                    return 0;
+                }
+                bad = true;
+            }
+            k
+        };
+        let mut fields: Vec<(String, String)> = Vec::new();
+        // The timestamp: RFC 3339 in one of a few minutes (so the cache is hit and
+        // missed), seconds as a number or a string, null, or bad.
+        if c.pick(8) != 0 {
+            let key = ["timestamp", "ts", "time", "start"][c.pick(4)];
+            let digits: String = (0..c.pick(10))
+                .map(|i| char::from(b'0' + ((i * 7 + minute) % 10) as u8))
+                .collect();
+            let fraction = if digits.is_empty() {
+                String::new()
+            } else {
+                format!(".{digits}")
+            };
+            let zone = ["Z", "+02:00", "-05:30", "z"][c.pick(4)];
+            let sep = ["T", "T", " ", "t"][c.pick(4)];
+            let second = c.pick(61);
+            let value = match bad_once(c, 9, 5) {
+                0 | 1 => format!("\"2024-05-01{sep}12:0{minute}:{second:02}{fraction}{zone}\""),
+                2 => format!("{}.{}", 1_714_564_800 + second, c.pick(256)),
+                3 => format!("\"{}{fraction}\"", 1_714_564_800 + second),
+                4 => "null".into(),
+                5 => format!("\"2024-05-01T12:0{minute}:{}Z\"", 61 + second % 39),
+                6 => "\"2024-13-01T00:00:00Z\"".into(),
+                7 => "\"yesterday\"".into(),
+                _ => {
+                    fast = false;
+                    "1.7145648e9".into()
+                }
+            };
+            fields.push((key.into(), value));
+        }
+        // The route.
+        if c.pick(8) != 0 {
+            // An escaped route is an error of the full parser's (routes are plain).
+            let value = match bad_once(c, 8, 7) {
+                0 | 1 => "\"GET /orders/{id}\"".into(),
+                2 => "\"POST /charges\"".into(),
+                3 => "\"  /a \"".into(),
+                4 => "\"\"".into(),
+                5 => "null".into(),
+                6 => "123".into(),
+                _ => {
+                    fast = false;
+                    "\"GET \\/a\"".into()
+                }
+            };
+            let key = if c.pick(6) == 0 {
+                fast = false;
+                "\\u0072oute"
+            } else {
+                "route"
+            };
+            fields.push((key.into(), value));
+        }
+        // The status and the error kind, either, both or neither.
+        if c.pick(6) != 0 {
+            let key = ["status", "outcome", "result"][c.pick(3)];
+            let value = [
+                "\"200\"",
+                "503",
+                "\"503\"",
+                "\"timeout\"",
+                "\"grpc:UNAVAILABLE\"",
+                "\"grpc:14\"",
+                "null",
+                "\"teapot\"",
+                "\"099\"",
+                "99",
+                "200.0",
+                "1000",
+            ][bad_once(c, 12, 7)];
+            fields.push((key.into(), value.into()));
+        }
+        if c.pick(3) == 0 {
+            let key = ["error", "error_kind"][c.pick(2)];
+            let value =
+                ["\"reset\"", "\"cancelled\"", "null", "\"\"", "\"bogus\""][bad_once(c, 5, 3)];
+            fields.push((key.into(), value.into()));
+        }
+        // The latency, in any unit.
+        if c.pick(8) != 0 {
+            let key = [
+                "latency_ms",
+                "latency",
+                "latency_us",
+                "latency_ns",
+                "latency_s",
+                "duration_ms",
+                "duration",
+                "duration_us",
+                "duration_ns",
+                "duration_s",
+            ][c.pick(10)];
+            let value = match bad_once(c, 12, 9) {
+                0 | 1 => format!("{}", c.pick(256) * 7),
+                2 => format!("{}.{}", c.pick(100), c.pick(256)),
+                3 => "0".into(),
+                4 => "\"12ms\"".into(),
+                5 => "\"1.5s\"".into(),
+                6 => "\"800us\"".into(),
+                7 => "null".into(),
+                8 => "\"12.25\"".into(),
+                9 => "\"fast\"".into(),
+                10 => {
+                    fast = false;
+                    "-5".into()
+                }
+                _ => {
+                    fast = false;
+                    "1e3".into()
+                }
+            };
+            fields.push((key.into(), value));
+        }
+        // Keys fusebox does not read, some named like the ones it does.
+        for _ in 0..c.pick(3) {
+            let key = [
+                "note",
+                "tss",
+                "timestamp_ns",
+                "routes",
+                "statuses",
+                "latency_total",
+                "s",
+                "e",
+            ][c.pick(8)];
+            let value = match c.pick(10) {
+                0 => "\"text\"".into(),
+                1 => "42".into(),
+                2 => "4.5".into(),
+                3 => "true".into(),
+                4 => "false".into(),
+                5 => "null".into(),
+                6 => "\"\"".into(),
+                7 => {
+                    fast = false;
+                    "{\"a\":[1,2]}".into()
+                }
+                8 => {
+                    fast = false;
+                    "\"a \\\"q\\\"\"".into()
+                }
+                _ => {
+                    fast = false;
+                    "-3".into()
+                }
+            };
+            // Each field once: a second value for the same key would be read in line
+            // order by one parser and in key order by the other.
+            if !fields.iter().any(|(k, _)| k == key) {
+                fields.push((key.into(), value));
+            }
+        }
+        // Any order.
+        for i in (1..fields.len()).rev() {
+            fields.swap(i, c.pick(i + 1));
+        }
+        let mut line = format!("{}{{", c.ws());
+        for (i, (k, v)) in fields.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            line += &format!("{sep}{}\"{k}\"{}:{}{v}{}", c.ws(), c.ws(), c.ws(), c.ws());
+        }
+        line += &format!("{}}}{}", c.ws(), c.ws());
+        (line, fast)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(2048))]
+
+        /// Generated JSON lines (keys in any order, whitespace, escapes, numbers and
+        /// strings, nulls, other keys) read to the same call or the same error on the
+        /// fast path as through the full parser, one reader each over the same lines
+        /// (so the timestamp cache is hit and missed).
+        #[test]
+        fn json_fast_path_reads_as_the_full_parser(
+            lines in proptest::collection::vec(
+                (0..4usize, proptest::collection::vec(proptest::num::u8::ANY, 40)),
+                1..12,
+            )
+        ) {
+            let lines: Vec<(String, bool)> = lines
+                .iter()
+                .map(|(minute, choices)| json_line_from(&mut Choices(choices.iter()), *minute))
+                .collect();
+            let mut fast_reader = CallReader::new("c.jsonl", b"", Format::JsonLines);
+            let mut slow_reader = CallReader::new("c.jsonl", b"", Format::JsonLines);
+            for (line, must_be_fast) in &lines {
+                let must_be_fast = *must_be_fast;
+                let fast = fast_reader.json_fast(line.as_bytes()).map_err(|e| e.to_string());
+                let slow = slow_reader.json_slow(line.as_bytes()).map_err(|e| e.to_string());
+                match fast {
+                    Ok(Some(call)) => proptest::prop_assert_eq!(Ok(call), slow, "{}", line),
+                    Ok(None) => proptest::prop_assert!(!must_be_fast, "the fast path declined {}", line),
+                    Err(e) => proptest::prop_assert_eq!(Err(e), slow, "{}", line),
+                }
+            }
+        }
+    }
 }
