@@ -29,7 +29,9 @@
 //! - `FUSEBOX_LOAD_PAIRS` (default 3): bare/policy pairs per comparison;
 //! - `FUSEBOX_LOAD_CONNECTIONS` (default 16): connections (server) or tasks (client);
 //! - `FUSEBOX_LOAD_SERVER_THREADS` / `FUSEBOX_LOAD_CLIENT_THREADS` (default 1 each): the
-//!   worker threads of the server's and the load generator's runtimes (two cores: one each).
+//!   worker threads of the server's and the load generator's runtimes (two cores: one each);
+//! - `FUSEBOX_LOAD_ONLY` (`server` or `client`): run one comparison only;
+//! - `FUSEBOX_LOAD_LAYERS` (default `retry,breaker,limit,timeout`): the Policy's layers.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) it makes one short pair of each, to
 //! show it works; `--list` (test runners listing tests) lists nothing.
@@ -63,19 +65,31 @@ struct Settings {
     connections: usize,
 }
 
-/// The policy both comparisons put on their path: all four layers.
+/// The policy both comparisons put on their path: all four layers, or those named in
+/// `FUSEBOX_LOAD_LAYERS` (comma-separated: `retry`, `breaker`, `limit`, `timeout`; an empty
+/// list is a Policy with no layer) — to find which layer a gap comes from.
 fn policy() -> Policy {
-    Policy::builder("load")
-        .timeout(Duration::from_secs(1))
-        .concurrency_limit(1000)
-        .circuit_breaker(
+    let layers = std::env::var("FUSEBOX_LOAD_LAYERS")
+        .unwrap_or_else(|_| "retry,breaker,limit,timeout".to_owned());
+    let on = |name: &str| layers.split(',').any(|l| l.trim() == name);
+    let mut b = Policy::builder("load");
+    if on("timeout") {
+        b = b.timeout(Duration::from_secs(1));
+    }
+    if on("limit") {
+        b = b.concurrency_limit(1000);
+    }
+    if on("breaker") {
+        b = b.circuit_breaker(
             CircuitBreakerConfig::builder("load")
                 .count_window(100)
                 .minimum_calls(20),
-        )
-        .retry_budget(RetryConfig::builder().name("load"))
-        .build()
-        .expect("a valid policy")
+        );
+    }
+    if on("retry") {
+        b = b.retry_budget(RetryConfig::builder().name("load"));
+    }
+    b.build().expect("a valid policy")
 }
 
 async fn hello() -> &'static str {
@@ -380,15 +394,21 @@ fn main() {
     let server_rt = runtime(env_usize("FUSEBOX_LOAD_SERVER_THREADS", 1));
     let client_rt = runtime(env_usize("FUSEBOX_LOAD_CLIENT_THREADS", 1));
 
+    let only = std::env::var("FUSEBOX_LOAD_ONLY").unwrap_or_default();
     let bare_addr = serve(&server_rt, app(false));
     let policy_addr = serve(&server_rt, app(true));
-    compare("server (axum hello world)", s, |with_policy| {
-        server_round(
-            &client_rt,
-            if with_policy { policy_addr } else { bare_addr },
-            s,
-        )
-    });
+    if only != "client" {
+        compare("server (axum hello world)", s, |with_policy| {
+            server_round(
+                &client_rt,
+                if with_policy { policy_addr } else { bare_addr },
+                s,
+            )
+        });
+    }
+    if only == "server" {
+        return;
+    }
 
     let uri: Uri = format!("http://{bare_addr}/").parse().expect("a valid URI");
     let (bare_client, policy_client) = {
