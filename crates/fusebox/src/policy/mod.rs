@@ -339,14 +339,14 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// process; needs [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
     ///
     /// With the `redis` feature, give it an `OnRedis`, a `RedisStoreConfig` or its builder
-    /// (from `fusebox::redis`): every
-    /// replica whose policy names the same Redis and scope then shares one breaker — one
-    /// window (the fleet opens after `minimum_calls` in total, not per replica), one state,
-    /// and one half-open probe budget fleet-wide. Building connects to nothing and never
-    /// blocks; until Redis answers, and whenever it does not, the breaker decides on this
-    /// replica's own calls (the store's `Fallback`), so Redis being down never fails a
-    /// call by itself. Policies given clones of one `OnRedis` share its connections (one
-    /// for scripts, one for pub/sub); each `RedisStoreConfig` given opens its own.
+    /// (from `fusebox::redis`): every replica whose policy names the same Redis and scope
+    /// then shares one breaker — one window (the fleet opens after `minimum_calls` in
+    /// total, not per replica), one state, and one half-open probe budget fleet-wide.
+    /// Building connects to nothing and never blocks; until Redis answers, and whenever it
+    /// does not, the breaker decides on this replica's own calls (the store's `Fallback`),
+    /// so Redis being down never fails a call by itself. Policies given clones of one
+    /// `OnRedis` share its connections (one for scripts, one for pub/sub); each
+    /// `RedisStoreConfig` given opens its own.
     ///
     /// [`build`](PolicyBuilder::build) reports, under `breaker.store`, the store
     /// configuration's own problems and how it fits the breaker:
