@@ -65,9 +65,35 @@ pub struct Resolver<'p> {
     only: Option<usize>,
     classes: Vec<Class>,
     class_of: HashMap<(usize, RouteId), u32>,
-    seen: Vec<(Box<[u8]>, u32)>,
+    seen: Vec<Seen>,
     seen_map: HashMap<Box<[u8]>, u32>,
     slow_override: Option<u64>,
+}
+
+/// A route seen before, with its first and last eight bytes as numbers.
+#[derive(Debug)]
+struct Seen {
+    route: Box<[u8]>,
+    head: u64,
+    tail: u64,
+    class: u32,
+}
+
+impl Seen {
+    /// The first and last eight bytes of `route` (a shorter route, zero-padded, twice).
+    #[inline]
+    fn words(route: &[u8]) -> (u64, u64) {
+        let mut head = [0u8; 8];
+        let mut tail = [0u8; 8];
+        if route.len() >= 8 {
+            head.copy_from_slice(&route[..8]);
+            tail.copy_from_slice(&route[route.len() - 8..]);
+        } else {
+            head[..route.len()].copy_from_slice(route);
+            tail = head;
+        }
+        (u64::from_ne_bytes(head), u64::from_ne_bytes(tail))
+    }
 }
 
 /// A class index meaning "not in this run" (another policy's route in a sweep).
@@ -96,20 +122,27 @@ impl<'p> Resolver<'p> {
 
     #[inline]
     fn resolve(&mut self, route: &[u8]) -> Result<u32, String> {
-        let found = match self.seen.iter().find(|(r, _)| {
-            // Lengths and first bytes first: most candidates differ there.
-            r.len() == route.len()
-                && r.first() == route.first()
-                && r.last() == route.last()
-                && **r == *route
+        let (head, tail) = Seen::words(route);
+        let found = match self.seen.iter().find(|s| {
+            // Lengths and end words first: most candidates differ there, and they are the
+            // whole route up to 16 bytes.
+            s.route.len() == route.len()
+                && s.head == head
+                && s.tail == tail
+                && (route.len() <= 16 || *s.route == *route)
         }) {
-            Some(&(_, c)) => c,
+            Some(s) => s.class,
             None => match self.seen_map.get(route) {
                 Some(&c) => c,
                 None => {
                     let c = self.resolve_new(route)?;
                     if self.seen.len() < 32 {
-                        self.seen.push((route.into(), c));
+                        self.seen.push(Seen {
+                            route: route.into(),
+                            head,
+                            tail,
+                            class: c,
+                        });
                     } else if self.seen_map.len() < 100_000 {
                         self.seen_map.insert(route.into(), c);
                     }
