@@ -83,7 +83,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let leases = &*self.breaker;
         let meta = leases.breaker.table.meta(&request);

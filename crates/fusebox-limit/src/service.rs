@@ -108,7 +108,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let index = self.lane(self.partitioner.partition(&request));
         let lane = &self.lanes[index];

@@ -7,7 +7,7 @@
 
 use crate::error::{BodyExceedsSizeHint, BoxError, DeadlineExceeded, is_fusebox_rejection};
 use crate::replay::{Buffered, ReplayBody};
-use crate::service::{Shared, attempt_span};
+use crate::service::{Bound, Shared, attempt_span, call_in};
 use fusebox_classify::{CallMeta, Classified, Classifier, Deadline, Outcome, RetryHint, Verdict};
 use http::{Request, Response, request};
 use http_body::Body;
@@ -37,7 +37,10 @@ enum Hedge {
 
 /// What a request that may be repeated keeps between attempts.
 pub(crate) struct Replay<S, D> {
-    service: S,
+    /// The service the next attempt goes to: the one the caller polled ready when the body
+    /// had to be buffered first, else cloned from the spare when a retry or hedge needs it
+    /// (boxed: see [`Bound`]).
+    service: Option<Box<S>>,
     parts: request::Parts,
     buffer: Buffered<D>,
     attempts: u32,
@@ -46,7 +49,7 @@ pub(crate) struct Replay<S, D> {
 
 impl<S, D> Replay<S, D> {
     #[inline]
-    pub(crate) fn new(service: S, parts: request::Parts, buffer: Buffered<D>) -> Self {
+    pub(crate) fn new(service: Option<Box<S>>, parts: request::Parts, buffer: Buffered<D>) -> Self {
         Replay {
             service,
             parts,
@@ -54,6 +57,19 @@ impl<S, D> Replay<S, D> {
             attempts: 0,
             hedge: Hedge::Idle,
         }
+    }
+}
+
+impl<S: Clone, D> Replay<S, D> {
+    /// The service for the next attempt, cloned from `bound`'s spare the first time.
+    fn next_service<C>(&mut self, bound: &Bound<S, C>) -> &mut S {
+        self.service.get_or_insert_with(|| {
+            Box::new(
+                bound
+                    .spare()
+                    .expect("a call that can be repeated kept a spare service"),
+            )
+        })
     }
 }
 
@@ -92,7 +108,7 @@ where
     timer: Option<Pin<Box<Sleep>>>,
     primary_span: Span,
     phase: Phase,
-    shared: Arc<Shared<C>>,
+    shared: Arc<Bound<S, C>>,
     meta: CallMeta,
     deadline: Option<Deadline>,
     replay: Option<Replay<S, B::Data>>,
@@ -122,7 +138,7 @@ where
     pub(crate) fn once(
         future: S::Future,
         span: Span,
-        shared: Arc<Shared<C>>,
+        shared: Arc<Bound<S, C>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
     ) -> Self {
@@ -146,10 +162,9 @@ where
     pub(crate) fn repeatable(
         future: S::Future,
         span: Span,
-        shared: Arc<Shared<C>>,
+        shared: Arc<Bound<S, C>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
-        service: S,
         parts: request::Parts,
     ) -> Self {
         // One struct literal in return position, so that it is built in place: this runs
@@ -166,7 +181,7 @@ where
             meta,
             deadline,
             replay: Some(Replay {
-                service,
+                service: None,
                 parts,
                 buffer: Buffered::default(),
                 attempts: 1,
@@ -178,7 +193,7 @@ where
     /// The request's deadline had already passed: the future fails with
     /// [`DeadlineExceeded`] without sending anything.
     #[cold]
-    pub(crate) fn expired(shared: Arc<Shared<C>>, meta: CallMeta) -> Self {
+    pub(crate) fn expired(shared: Arc<Bound<S, C>>, meta: CallMeta) -> Self {
         ResponseFuture {
             body: None,
             primary: None,
@@ -196,7 +211,7 @@ where
     /// The body must be buffered before the first attempt; `replay.service` is ready.
     pub(crate) fn buffering(
         body: B,
-        shared: Arc<Shared<C>>,
+        shared: Arc<Bound<S, C>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
         replay: Replay<S, B::Data>,
@@ -349,7 +364,7 @@ fn after_failure<C, S, D>(
 
 impl<S, C, B, ResB> Future for ResponseFuture<S, C, B>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<ResB>>,
+    S: Service<Request<ReplayBody<B>>, Response = Response<ResB>> + Clone,
     S::Error: Into<BoxError>,
     C: Classifier,
     B: Body,
@@ -407,7 +422,8 @@ where
                         .replay
                         .as_mut()
                         .expect("a request being sent again keeps its replay state");
-                    if !ready && let Err(error) = ready!(replay.service.poll_ready(cx)) {
+                    let service = replay.next_service(this.shared);
+                    if !ready && let Err(error) = ready!(service.poll_ready(cx)) {
                         *this.phase = Phase::Done;
                         return Poll::Ready(Err(error.into()));
                     }
@@ -417,7 +433,7 @@ where
                     }
                     let span = attempt_span(replay.attempts);
                     let attempt = Request::from_parts(replay.parts.clone(), replay.buffer.replay());
-                    let future = span.in_scope(|| replay.service.call(attempt));
+                    let future = call_in(&span, replay.next_service(this.shared), attempt);
                     this.primary.set(Some(future));
                     *this.primary_span = span;
                     if replay.hedge == Hedge::Idle {
@@ -533,7 +549,7 @@ where
                     }
                     // A granted hedge waits for the service.
                     if replay.hedge == Hedge::Wanted {
-                        match replay.service.poll_ready(cx) {
+                        match replay.next_service(this.shared).poll_ready(cx) {
                             Poll::Pending => return Poll::Pending,
                             Poll::Ready(Err(_)) => {
                                 // The service cannot take the hedge; the primary attempt
@@ -550,7 +566,8 @@ where
                                     replay.parts.clone(),
                                     replay.buffer.replay(),
                                 );
-                                let future = span.in_scope(|| replay.service.call(attempt));
+                                let future =
+                                    call_in(&span, replay.next_service(this.shared), attempt);
                                 *this.hedge = Some(Box::pin(HedgeAttempt { future, span }));
                                 // Poll the hedge once so that it registers its waker.
                                 continue;

@@ -14,7 +14,8 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower_service::Service;
@@ -202,9 +203,86 @@ impl<C> Shared<C> {
 
 /// A span per attempt, carrying the attempt number (1-based). Disabled spans cost a
 /// callsite check: nothing is formatted or allocated unless a subscriber wants DEBUG.
+/// What the calls of one retry service share: the layer's budget and settings, and a spare
+/// copy of the inner service that retries and hedges clone theirs from.
+///
+/// # Why a spare
+///
+/// A retry needs a service to send the request again, long after `call` returned. Keeping a
+/// clone of the inner service in every call's future (as `tower::retry` does) costs every
+/// healthy call a clone and a drop of the whole stack below — an atomic reference-count
+/// increment and decrement for each layer that holds an `Arc`, on cache lines that every
+/// thread calling the dependency shares — and makes every future as large as that stack.
+/// Only a call that is actually retried needs one, so it is cloned from this spare then, and
+/// boxed (a retry already waits out a backoff; one allocation is nothing next to it).
+///
+/// The spare sits behind a mutex so that a future holding the `Bound` stays `Send` when the
+/// inner service is `Send` but not `Sync` (`tower::util::BoxCloneService`); the lock is taken
+/// only to clone it, never on a healthy call.
+pub(crate) struct Bound<S, C> {
+    shared: Arc<Shared<C>>,
+    /// Set by the first call (the inner service is only known to be `Clone` there).
+    spare: OnceLock<Mutex<S>>,
+}
+
+impl<S, C> Bound<S, C> {
+    fn new(shared: Arc<Shared<C>>) -> Self {
+        Bound {
+            shared,
+            spare: OnceLock::new(),
+        }
+    }
+}
+
+impl<S: Clone, C> Bound<S, C> {
+    /// Keeps a copy of `inner` for later retries, once.
+    #[inline]
+    fn keep_spare(&self, inner: &S) {
+        if self.spare.get().is_none() {
+            let _ = self.spare.set(Mutex::new(inner.clone()));
+        }
+    }
+
+    /// A fresh clone of the inner service, for a retry or a hedge; `None` before the first
+    /// call kept a spare (which cannot happen: only a call's future asks).
+    pub(crate) fn spare(&self) -> Option<S> {
+        let spare = self.spare.get()?;
+        let service = spare.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(service.clone())
+    }
+}
+
+impl<S, C> Deref for Bound<S, C> {
+    type Target = Shared<C>;
+
+    #[inline]
+    fn deref(&self) -> &Shared<C> {
+        &self.shared
+    }
+}
+
+impl<S, C> fmt::Debug for Bound<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bound")
+            .field("shared", &self.shared)
+            .field("spare", &self.spare.get().is_some())
+            .finish()
+    }
+}
+
 #[inline]
 pub(crate) fn attempt_span(attempt: u32) -> Span {
     tracing::debug_span!("retry_attempt", attempt)
+}
+
+/// Calls `service` inside `span`.
+///
+/// Not `Span::in_scope`: its closure's result — the attempt's future, hundreds of bytes
+/// under a full policy — would be copied out of one more stack frame on every call.
+#[inline(always)]
+pub(crate) fn call_in<S: Service<R>, R>(span: &Span, service: &mut S, request: R) -> S::Future {
+    let _entered = span.enter();
+    service.call(request)
 }
 
 /// Retries requests to `S` within a shared budget; see the [crate docs](crate).
@@ -212,12 +290,15 @@ pub(crate) fn attempt_span(attempt: u32) -> Span {
 /// Built by [`RetryBudgetLayer`](crate::RetryBudgetLayer). Clones share the layer's budget.
 pub struct Retry<S, C = fusebox_classify::StandardClassifier> {
     inner: S,
-    shared: Arc<Shared<C>>,
+    bound: Arc<Bound<S, C>>,
 }
 
 impl<S, C> Retry<S, C> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
-        Retry { inner, shared }
+        Retry {
+            inner,
+            bound: Arc::new(Bound::new(shared)),
+        }
     }
 
     /// The inner service.
@@ -237,7 +318,7 @@ impl<S, C> Retry<S, C> {
 
     /// The budget shared by every clone of the layer.
     pub fn budget(&self) -> &RetryBudget {
-        &self.shared.budget
+        &self.bound.budget
     }
 }
 
@@ -245,7 +326,7 @@ impl<S: Clone, C> Clone for Retry<S, C> {
     fn clone(&self) -> Self {
         Retry {
             inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
+            bound: Arc::clone(&self.bound),
         }
     }
 }
@@ -254,7 +335,7 @@ impl<S: fmt::Debug, C> fmt::Debug for Retry<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)
-            .field("shared", &self.shared)
+            .field("bound", &self.bound)
             .finish()
     }
 }
@@ -276,50 +357,50 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let shared = &self.shared;
-        shared.budget.deposit();
-        shared.metrics.attempts.increment(1);
-        let meta: CallMeta = shared.routes.meta(&request);
+        let bound = &self.bound;
+        bound.budget.deposit();
+        bound.metrics.attempts.increment(1);
+        let meta: CallMeta = bound.routes.meta(&request);
         let deadline = request.extensions().get::<Deadline>().copied();
         if deadline.is_some_and(|d| d.is_expired()) {
             // No attempt starts past the deadline, the first one included.
-            return ResponseFuture::expired(Arc::clone(shared), meta);
+            return ResponseFuture::expired(Arc::clone(bound), meta);
         }
-        let route = shared.routes.route(meta.route());
-        let repeatable = route.retry_enabled() && shared.config.max_attempts() > 1;
+        let route = bound.routes.route(meta.route());
+        let repeatable = route.retry_enabled() && bound.config.max_attempts() > 1;
         let (parts, body) = request.into_parts();
 
         if repeatable && body.is_end_stream() {
             // Nothing to buffer: every attempt gets an empty body.
-            let service = self.inner.clone();
+            bound.keep_spare(&self.inner);
             let span = attempt_span(1);
             let attempt = Request::from_parts(parts.clone(), ReplayBody::empty());
-            let future = span.in_scope(|| self.inner.call(attempt));
+            let future = call_in(&span, &mut self.inner, attempt);
             return ResponseFuture::repeatable(
                 future,
                 span,
-                Arc::clone(shared),
+                Arc::clone(bound),
                 meta,
                 deadline,
-                service,
                 parts,
             );
         }
-        let cap = shared.config.max_replay_body_bytes() as u64;
+        let cap = bound.config.max_replay_body_bytes() as u64;
         if repeatable && body.size_hint().upper().is_some_and(|n| n <= cap) {
-            // Buffer first, then send: the ready service goes into the future, a clone
-            // stays here for the next call.
+            bound.keep_spare(&self.inner);
+            // The body is read before the first attempt: that attempt goes to the service
+            // the caller polled ready, taken out of this one (which gets a fresh clone).
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
-            let replay = Replay::new(ready, parts, Buffered::default());
-            return ResponseFuture::buffering(body, Arc::clone(shared), meta, deadline, replay);
+            let replay = Replay::new(Some(Box::new(ready)), parts, Buffered::default());
+            return ResponseFuture::buffering(body, Arc::clone(bound), meta, deadline, replay);
         }
         // Streaming, too large, or never retried: sent once, untouched.
         let span = attempt_span(1);
         let attempt = Request::from_parts(parts, ReplayBody::streaming(body));
-        let future = span.in_scope(|| self.inner.call(attempt));
-        ResponseFuture::once(future, span, Arc::clone(shared), meta, deadline)
+        let future = call_in(&span, &mut self.inner, attempt);
+        ResponseFuture::once(future, span, Arc::clone(bound), meta, deadline)
     }
 }

@@ -88,6 +88,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
+    #[inline(always)]
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         let id = self.routes.resolve(&request);
         let route_timeout = self

@@ -227,7 +227,7 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self {
             Optional::On(s) => StageFuture::On(s.call(request)),
@@ -260,7 +260,7 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self {
             Optional::On(s) => StageFuture::On(s.call(request)),
@@ -294,7 +294,7 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self {
             BreakerStage::Single(s) => StageFuture::On(s.call(request)),
@@ -328,7 +328,7 @@ where
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self {
             Optional::On(s) => StageFuture::On(s.call(request)),
