@@ -1397,7 +1397,7 @@ impl Finished<'_> {
         if remade.open > 0 {
             let _ = writeln!(
                 out,
-                "  note: an open breaker of a key in constant use was evicted (a forced sweep of a full shard right after another keeps only the keys used in between); its new breaker let calls through to the failing dependency until it re-opened"
+                "  note: a hot key's breaker, in constant use, was evicted while open or half-open; the new one let its calls through to the failing dependency until it re-opened"
             );
         }
         let _ = writeln!(
@@ -1422,6 +1422,8 @@ impl Finished<'_> {
     }
 }
 
+/// Starts the dependency, builds the policy, runs the workers and the sampler to the end of
+/// the schedule, drains, and judges what happened. An error means the soak could not run.
 async fn run(config: Config) -> Result<Outcome, String> {
     let start = Instant::now() + Duration::from_millis(100);
     let schedule = Schedule {
