@@ -45,9 +45,9 @@
 //!   move. At the end every hot key's breaker reads closed in the keyed handle. The
 //!   transitions are counted per key and per phase by a listener on the policy's breaker
 //!   events. The keys held never exceed `max_keys` plus the calls in flight. A hot key
-//!   whose breaker was evicted and made anew (told by a second transition of generation
-//!   1) is counted and reported, not failed: the keyed breaker may evict a closed breaker
-//!   by design, and one lost while open still has to re-open in its phase to pass.
+//!   whose breaker was evicted and made anew (told by a second transition of the first
+//!   generation) is counted and reported, not failed: the keyed breaker may evict a closed
+//!   breaker by design, and one lost while open still has to re-open in its phase to pass.
 //! - **No request lost or stuck**: every request issued ends, with a response or an error,
 //!   within its deadline plus `--grace` (time for timers and a loaded scheduler; the
 //!   policy itself enforces the deadline); issued equals completed; the in-flight counts
