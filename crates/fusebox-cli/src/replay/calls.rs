@@ -149,13 +149,16 @@ pub struct RawCall<'a> {
     pub latency: u64,
 }
 
+/// A field of a call, as a CSV column or a JSON key names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Column {
     Timestamp,
     Route,
     Status,
     Error,
+    /// A latency in this many nanoseconds.
     Latency(u64),
+    /// Anything else: skipped.
     Other,
 }
 
@@ -577,26 +580,26 @@ impl<'a> CallReader<'a> {
     fn json_value(
         &mut self,
         p: &mut JsonCursor<'a>,
-        key: Key,
+        key: Column,
         fields: &mut JsonFields<'a>,
     ) -> Result<bool, Bad> {
         let value = match key {
-            Key::Other => return Ok(p.skip_value()),
-            Key::Timestamp => {
+            Column::Other => return Ok(p.skip_value()),
+            Column::Timestamp => {
                 if let Some(at) = p.cached_timestamp(&self.minute) {
                     fields.at = Some(at);
                     return Ok(true);
                 }
                 p.field()
             }
-            Key::Status => {
+            Column::Status => {
                 if let Some(code) = p.three_digits() {
                     fields.status = Some(code);
                     return Ok(true);
                 }
                 p.field()
             }
-            Key::Latency(unit) => {
+            Column::Latency(unit) => {
                 let start = p.i;
                 if let Some(d) = p.plain_number() {
                     fields.latency = Some(match d.scale(unit) {
@@ -607,7 +610,7 @@ impl<'a> CallReader<'a> {
                 }
                 p.field()
             }
-            Key::Route | Key::Error => p.field(),
+            Column::Route | Column::Error => p.field(),
         };
         // Null reads as an absent field.
         let Some(value) = value else {
@@ -617,12 +620,12 @@ impl<'a> CallReader<'a> {
             return Ok(true);
         };
         match key {
-            Key::Timestamp => fields.at = Some(self.timestamp(v)?),
-            Key::Route => fields.route = Some(v),
-            Key::Status => fields.status = Some(self.result(v)?),
-            Key::Error => fields.error = Some(v),
-            Key::Latency(unit) => fields.latency = Some(self.latency(v, unit)?),
-            Key::Other => {}
+            Column::Timestamp => fields.at = Some(self.timestamp(v)?),
+            Column::Route => fields.route = Some(v),
+            Column::Status => fields.status = Some(self.result(v)?),
+            Column::Error => fields.error = Some(v),
+            Column::Latency(unit) => fields.latency = Some(self.latency(v, unit)?),
+            Column::Other => {}
         }
         Ok(true)
     }
@@ -1059,19 +1062,6 @@ pub fn format_rfc3339(ns: u64) -> String {
     )
 }
 
-/// The fields fusebox reads from a JSON line, by the names a key may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Key {
-    Timestamp,
-    Route,
-    Status,
-    Error,
-    /// A latency in this many nanoseconds.
-    Latency(u64),
-    /// Any other key: its value is skipped.
-    Other,
-}
-
 /// What a JSON line said, as it is read.
 #[derive(Debug, Default)]
 struct JsonFields<'a> {
@@ -1135,7 +1125,7 @@ impl<'a> JsonCursor<'a> {
     /// comparisons with constants, and a match holds no escape. Any other key is crossed
     /// as a string and skipped. `None` for a key with escapes, or no key.
     #[inline]
-    fn key(&mut self) -> Option<Key> {
+    fn key(&mut self) -> Option<Column> {
         let name = self.s.get(self.i..)?.strip_prefix(b"\"")?;
         macro_rules! pick {
             ($($text:literal => $key:expr),+ $(,)?) => {{
@@ -1147,20 +1137,20 @@ impl<'a> JsonCursor<'a> {
                 )+
             }};
         }
-        const MS: Key = Key::Latency(1_000_000);
-        const US: Key = Key::Latency(1_000);
-        const NS: Key = Key::Latency(1);
-        const S: Key = Key::Latency(1_000_000_000);
+        const MS: Column = Column::Latency(1_000_000);
+        const US: Column = Column::Latency(1_000);
+        const NS: Column = Column::Latency(1);
+        const S: Column = Column::Latency(1_000_000_000);
         match name.first() {
             Some(b't') => pick!(
-                b"timestamp\"" => Key::Timestamp,
-                b"ts\"" => Key::Timestamp,
-                b"time\"" => Key::Timestamp,
+                b"timestamp\"" => Column::Timestamp,
+                b"ts\"" => Column::Timestamp,
+                b"time\"" => Column::Timestamp,
             ),
-            Some(b'r') => pick!(b"route\"" => Key::Route, b"result\"" => Key::Status),
-            Some(b's') => pick!(b"status\"" => Key::Status, b"start\"" => Key::Timestamp),
-            Some(b'o') => pick!(b"outcome\"" => Key::Status),
-            Some(b'e') => pick!(b"error\"" => Key::Error, b"error_kind\"" => Key::Error),
+            Some(b'r') => pick!(b"route\"" => Column::Route, b"result\"" => Column::Status),
+            Some(b's') => pick!(b"status\"" => Column::Status, b"start\"" => Column::Timestamp),
+            Some(b'o') => pick!(b"outcome\"" => Column::Status),
+            Some(b'e') => pick!(b"error\"" => Column::Error, b"error_kind\"" => Column::Error),
             Some(b'l') => pick!(
                 b"latency_ms\"" => MS,
                 b"latency\"" => MS,
@@ -1177,7 +1167,7 @@ impl<'a> JsonCursor<'a> {
             ),
             _ => {}
         }
-        self.plain_string().map(|_| Key::Other)
+        self.plain_string().map(|_| Column::Other)
     }
 
     /// A string without escapes, its closing quote found eight bytes at a time.
@@ -1689,6 +1679,14 @@ mod tests {
         }
     }
 
+    /// Value `k` of `table` (text, and whether the fast path reads it); clears `fast` if
+    /// not.
+    fn from_table(table: &[(&str, bool)], k: usize, fast: &mut bool) -> String {
+        let (text, plain) = table[k];
+        *fast &= plain;
+        text.into()
+    }
+
     /// A JSON line from `c`, and whether the fast path must take it (no escapes, nested
     /// values, or numbers with a sign or an exponent). At most one value is bad, so both
     /// parsers must report the same error.
@@ -1798,24 +1796,26 @@ mod tests {
                 "duration_ns",
                 "duration_s",
             ][c.pick(10)];
-            let value = match bad_once(c, 12, 9) {
+            // Plain numbers first; then the rest, bad from "fast" on.
+            let k = bad_once(c, 12, 9);
+            let value = match k {
                 0 | 1 => format!("{}", c.pick(256) * 7),
                 2 => format!("{}.{}", c.pick(100), c.pick(256)),
-                3 => "0".into(),
-                4 => "\"12ms\"".into(),
-                5 => "\"1.5s\"".into(),
-                6 => "\"800us\"".into(),
-                7 => "null".into(),
-                8 => "\"12.25\"".into(),
-                9 => "\"fast\"".into(),
-                10 => {
-                    fast = false;
-                    "-5".into()
-                }
-                _ => {
-                    fast = false;
-                    "1e3".into()
-                }
+                _ => from_table(
+                    &[
+                        ("0", true),
+                        ("\"12ms\"", true),
+                        ("\"1.5s\"", true),
+                        ("\"800us\"", true),
+                        ("null", true),
+                        ("\"12.25\"", true),
+                        ("\"fast\"", true),
+                        ("-5", false),
+                        ("1e3", false),
+                    ],
+                    k - 3,
+                    &mut fast,
+                ),
             };
             fields.push((key.into(), value));
         }
@@ -1831,27 +1831,22 @@ mod tests {
                 "s",
                 "e",
             ][c.pick(8)];
-            let value = match c.pick(10) {
-                0 => "\"text\"".into(),
-                1 => "42".into(),
-                2 => "4.5".into(),
-                3 => "true".into(),
-                4 => "false".into(),
-                5 => "null".into(),
-                6 => "\"\"".into(),
-                7 => {
-                    fast = false;
-                    "{\"a\":[1,2]}".into()
-                }
-                8 => {
-                    fast = false;
-                    "\"a \\\"q\\\"\"".into()
-                }
-                _ => {
-                    fast = false;
-                    "-3".into()
-                }
-            };
+            let value = from_table(
+                &[
+                    ("\"text\"", true),
+                    ("42", true),
+                    ("4.5", true),
+                    ("true", true),
+                    ("false", true),
+                    ("null", true),
+                    ("\"\"", true),
+                    ("{\"a\":[1,2]}", false),
+                    ("\"a \\\"q\\\"\"", false),
+                    ("-3", false),
+                ],
+                c.pick(10),
+                &mut fast,
+            );
             // Each field once: a second value for the same key would be read in line
             // order by one parser and in key order by the other.
             if !fields.iter().any(|(k, _)| k == key) {
