@@ -10,12 +10,11 @@ use fusebox_classify::{
     CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteTable, StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
-use std::cell::Cell;
 use std::error::Error;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -140,80 +139,29 @@ impl<C, St> Deref for Owner<C, St> {
     #[inline]
     fn deref(&self) -> &Breaker<C, St> {
         match self {
-            Owner::Lease(lease) => &lease.breaker,
+            Owner::Lease(lease) => lease,
             Owner::Breaker(breaker) => breaker,
         }
     }
 }
 
-/// A breaker and its leases: what a [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and
-/// its services share.
-///
-/// # Why leases
+/// A breaker and its per-thread leases: what a
+/// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) and its services share.
 ///
 /// A call's response future must keep the breaker alive until it has recorded the result,
-/// so every call takes a reference count and gives it back: two atomic read-modify-writes.
-/// Were that the breaker's own count, every task calling the dependency would write to the
-/// same cache line twice per call, and with two or more threads the line would bounce
-/// between cores on every call — costing more than all the breaker's own work (see
-/// `benches/benches/breaker.rs`). Instead the breaker is reached through a few leases, each
-/// its own reference-counted allocation on its own cache lines, and a call takes the lease
-/// of the thread it is admitted on: threads count on different lines and never contend.
-/// The leases hold the breaker, not the other way round, so there is no cycle and the
-/// breaker is dropped with the last layer, service and call.
-pub(crate) struct Leases<C, St> {
-    pub(crate) breaker: Arc<Breaker<C, St>>,
-    /// A power of two of them.
-    leases: Box<[Arc<Lease<C, St>>]>,
-}
+/// so every call takes a reference count and gives it back. Taken on the breaker's own
+/// count, that would make every thread calling the dependency write to one cache line
+/// twice per call; instead a call takes the lease of the thread it is admitted on
+/// ([`fusebox_classify::shard`]), and threads count on different lines.
+pub(crate) type Leases<C, St> = fusebox_classify::shard::Leases<Breaker<C, St>>;
 
-/// One lease on a breaker. Aligned so that two leases' reference counts never share a
-/// cache line (nor the adjacent line, which some CPUs prefetch in pairs).
-#[repr(align(128))]
-pub(crate) struct Lease<C, St> {
-    breaker: Arc<Breaker<C, St>>,
-}
+/// One of a breaker's [`Leases`].
+pub(crate) type Lease<C, St> = fusebox_classify::shard::Lease<Breaker<C, St>>;
 
-impl<C, St> Leases<C, St> {
-    pub(crate) fn new(breaker: Arc<Breaker<C, St>>) -> Self {
-        // Twice the threads that can run at once, so that the threads a runtime starts one
-        // after another (see `thread_slot`) rarely share a lease; at least 8, at most 64.
-        let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
-        let count = (parallelism * 2).next_power_of_two().clamp(8, 64);
-        let leases = (0..count)
-            .map(|_| {
-                Arc::new(Lease {
-                    breaker: Arc::clone(&breaker),
-                })
-            })
-            .collect();
-        Leases { breaker, leases }
-    }
-
-    /// The lease for a call admitted on this thread.
-    #[inline]
-    pub(crate) fn lease(&self) -> Owner<C, St> {
-        let i = thread_slot() & (self.leases.len() - 1);
-        Owner::Lease(Arc::clone(&self.leases[i]))
-    }
-}
-
-/// A small number for this thread, handed out in the order threads first ask: consecutive
-/// threads (a runtime's workers) get consecutive numbers.
+/// The owner of a call admitted on this thread: its lease on the breaker.
 #[inline]
-fn thread_slot() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    SLOT.with(|slot| {
-        let mut n = slot.get();
-        if n == usize::MAX {
-            n = NEXT.fetch_add(1, Ordering::Relaxed) % (usize::MAX / 2);
-            slot.set(n);
-        }
-        n
-    })
+pub(crate) fn lease<C, St>(leases: &Leases<C, St>) -> Owner<C, St> {
+    Owner::Lease(leases.lease())
 }
 
 /// The right to report one call's result, exactly once. Dropped unreported (the caller
@@ -512,18 +460,14 @@ mod tests {
     }
 
     #[test]
-    fn leases_reach_one_breaker_and_hold_no_cycle() {
+    fn a_lease_owns_the_breaker_past_the_leases() {
         let breaker = breaker();
         let leases = Leases::new(Arc::clone(&breaker));
-        let n = leases.leases.len();
-        assert!(n.is_power_of_two() && (8..=64).contains(&n), "{n} leases");
+        let n = leases.len();
         assert_eq!(Arc::strong_count(&breaker), 2 + n);
-        for lease in leases.leases.iter() {
-            assert!(std::ptr::eq(&*lease.breaker, &*breaker));
-        }
 
         // A call's owner keeps the breaker alive past the leases, then lets it go.
-        let owner = leases.lease();
+        let owner = lease(&leases);
         assert!(std::ptr::eq(&*owner, &*breaker));
         drop(leases);
         assert_eq!(
@@ -536,19 +480,5 @@ mod tests {
 
         let direct = Owner::Breaker(Arc::clone(&breaker));
         assert!(std::ptr::eq(&*direct, &*breaker));
-    }
-
-    #[test]
-    fn threads_take_different_leases() {
-        let here = thread_slot();
-        assert_eq!(thread_slot(), here, "a thread keeps its slot");
-        let mut slots: Vec<usize> = (0..4)
-            .map(|_| std::thread::spawn(thread_slot))
-            .map(|t| t.join().expect("a thread"))
-            .collect();
-        slots.push(here);
-        slots.sort_unstable();
-        slots.dedup();
-        assert_eq!(slots.len(), 5, "every thread has its own slot");
     }
 }

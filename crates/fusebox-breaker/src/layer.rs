@@ -32,7 +32,7 @@ impl<C, St> Clone for CircuitBreakerLayer<C, St> {
 impl<C, St: Store> fmt::Debug for CircuitBreakerLayer<C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreakerLayer")
-            .field("breaker", &self.breaker.breaker.name)
+            .field("breaker", &self.breaker.name)
             .finish()
     }
 }
@@ -59,7 +59,7 @@ impl CircuitBreakerLayer {
 impl<C: Classifier, St: Store> CircuitBreakerLayer<C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.breaker.breaker.clone())
+        BreakerHandle::new(self.breaker.shared().clone())
     }
 }
 

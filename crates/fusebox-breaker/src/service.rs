@@ -1,6 +1,6 @@
 //! The breaker service.
 
-use crate::breaker::{BreakerHandle, Leases};
+use crate::breaker::{BreakerHandle, Leases, lease};
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::store::{MemoryStore, Store};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
@@ -42,7 +42,7 @@ impl<S, C, St> CircuitBreaker<S, C, St> {
 impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.breaker.breaker.clone())
+        BreakerHandle::new(self.breaker.shared().clone())
     }
 }
 
@@ -59,7 +59,7 @@ impl<S: fmt::Debug, C, St: Store> fmt::Debug for CircuitBreaker<S, C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
             .field("inner", &self.inner)
-            .field("breaker", &self.breaker.breaker.name)
+            .field("breaker", &self.breaker.name)
             .finish()
     }
 }
@@ -86,8 +86,8 @@ where
     #[inline(always)]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let leases = &*self.breaker;
-        let meta = leases.breaker.table.meta(&request);
-        match leases.breaker.admit_with(meta, || leases.lease()) {
+        let meta = leases.table.meta(&request);
+        match leases.admit_with(meta, || lease(leases)) {
             Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
             Err(open) => ResponseFuture::rejected(open),
         }

@@ -59,6 +59,7 @@ pub mod grpc;
 pub mod http;
 mod outcome;
 pub mod route;
+pub mod shard;
 
 pub use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
 pub use crate::call::{Call, IDEMPOTENCY_KEY, is_idempotent, is_safe_to_repeat};

@@ -1,7 +1,7 @@
 //! The layer: one limit, shared by every service it builds and every clone of it.
 
 use crate::config::ConcurrencyLimitConfig;
-use crate::limiter::{Lane, Limiter};
+use crate::limiter::{Lane, Lanes, Limiter};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitions, Unpartitioned};
 use crate::service::ConcurrencyLimit;
@@ -18,7 +18,7 @@ use tower_layer::Layer;
 /// for two independent limits.
 pub struct ConcurrencyLimitLayer<C = StandardClassifier, P = Unpartitioned> {
     /// The root lane (the limiter) first, then one per partition.
-    lanes: Arc<[Arc<Lane<C>>]>,
+    lanes: Lanes<C>,
     config: ConcurrencyLimitConfig,
     partitioner: P,
 }
@@ -63,7 +63,7 @@ impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
 
     /// A read-only view of the limit.
     pub fn handle(&self) -> LimitHandle {
-        LimitHandle::new(self.lanes[0].clone())
+        LimitHandle::new(self.lanes[0].shared().clone())
     }
 
     /// The configuration.

@@ -12,6 +12,7 @@ use crate::config::{ConcurrencyLimitConfig, Limit, QueueConfig, Release};
 use crate::observe::{self, Metrics};
 use crate::partition::reservations;
 use fusebox_classify::error::Overloaded;
+use fusebox_classify::shard::{Lease, Leases};
 use fusebox_classify::{Classifier, Clock, Nanos, Outcome, RouteId, RouteTable, Verdict};
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,6 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+/// A limiter's lanes, root first, each leased per thread.
+pub(crate) type Lanes<C> = Arc<[Leases<Lane<C>>]>;
 
 /// At most this many queue slots are allocated up front; a larger queue grows on demand
 /// (and keeps what it grew).
@@ -492,7 +496,7 @@ pub(crate) enum Lane<C> {
 
 impl<C> Lane<C> {
     /// The lanes of a limiter: the root (the unreserved pool) first, then one per partition.
-    pub(crate) fn all(limiter: Limiter<C>) -> Arc<[Arc<Lane<C>>]> {
+    pub(crate) fn all(limiter: Limiter<C>) -> Lanes<C> {
         let partitions = limiter.partitions();
         let root = Arc::new(Lane::Root(limiter));
         let mut lanes = Vec::with_capacity(partitions + 1);
@@ -503,7 +507,7 @@ impl<C> Lane<C> {
                 index,
             }));
         }
-        lanes.into()
+        lanes.into_iter().map(Leases::new).collect()
     }
 
     #[inline]
@@ -527,21 +531,22 @@ impl<C> Lane<C> {
 
     /// Takes a permit if one is free and nobody is queued ahead. `None` when full.
     #[inline]
-    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<Permit<C>> {
-        if self.limiter().admit(self.partition()) {
-            Some(Permit {
-                lane: Arc::clone(self),
-            })
+    /// A permit on `lane` if the limit has room; the permit holds this thread's lease on
+    /// the lane ([`fusebox_classify::shard`]): the limit's own count is the only line every
+    /// call writes.
+    pub(crate) fn try_acquire(lane: &Leases<Lane<C>>) -> Option<Permit<C>> {
+        if lane.limiter().admit(lane.partition()) {
+            Some(Permit { lane: lane.lease() })
         } else {
             None
         }
     }
 
     /// Queues a call that found the limit full, or says why it is shed.
-    pub(crate) fn enqueue(self: &Arc<Self>) -> Result<Ticket<C>, Shed> {
-        let (index, generation) = self.limiter().enqueue(self.partition())?;
+    pub(crate) fn enqueue(lane: &Leases<Lane<C>>) -> Result<Ticket<C>, Shed> {
+        let (index, generation) = lane.limiter().enqueue(lane.partition())?;
         Ok(Ticket {
-            lane: Arc::clone(self),
+            lane: lane.lease(),
             index,
             generation,
             done: false,
@@ -583,7 +588,7 @@ impl<C: Send + Sync> Observe for Lane<C> {
 /// One pointer, so that the futures and response bodies holding one stay small: every
 /// healthy call moves them around a few times.
 pub(crate) struct Permit<C> {
-    lane: Arc<Lane<C>>,
+    lane: Arc<Lease<Lane<C>>>,
 }
 
 impl<C> Permit<C> {
@@ -593,7 +598,7 @@ impl<C> Permit<C> {
 
     /// The lane, shared (to keep the limiter alive past the permit).
     pub(crate) fn lane(&self) -> &Arc<Lane<C>> {
-        &self.lane
+        self.lane.shared()
     }
 }
 
@@ -615,7 +620,7 @@ impl<C> Drop for Permit<C> {
 /// A place in the queue. Dropping it withdraws from the queue (or gives back a permit that
 /// was granted but not yet taken).
 pub(crate) struct Ticket<C> {
-    lane: Arc<Lane<C>>,
+    lane: Arc<Lease<Lane<C>>>,
     index: usize,
     generation: u64,
     done: bool,

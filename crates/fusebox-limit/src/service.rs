@@ -3,7 +3,7 @@
 use crate::adaptive::CallInfo;
 use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
-use crate::limiter::Lane;
+use crate::limiter::{Lane, Lanes};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitioner, Unpartitioned};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
@@ -25,12 +25,12 @@ use tower_service::Service;
 pub struct ConcurrencyLimit<S, C = StandardClassifier, P = Unpartitioned> {
     inner: S,
     /// The unreserved pool's lane first, then one per partition.
-    lanes: Arc<[Arc<Lane<C>>]>,
+    lanes: Lanes<C>,
     partitioner: P,
 }
 
 impl<S, C, P> ConcurrencyLimit<S, C, P> {
-    pub(crate) fn new(inner: S, lanes: Arc<[Arc<Lane<C>>]>, partitioner: P) -> Self {
+    pub(crate) fn new(inner: S, lanes: Lanes<C>, partitioner: P) -> Self {
         ConcurrencyLimit {
             inner,
             lanes,
@@ -68,7 +68,7 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
     where
         C: Send + Sync + 'static,
     {
-        LimitHandle::new(self.lanes[0].clone())
+        LimitHandle::new(self.lanes[0].shared().clone())
     }
 }
 
@@ -118,7 +118,7 @@ where
         } else {
             None
         };
-        match lane.try_acquire() {
+        match Lane::try_acquire(lane) {
             Some(permit) => {
                 if let Some(call) = call.as_mut() {
                     call.admitted(limiter.clock.now());
@@ -144,7 +144,7 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
     {
         let lane = &self.lanes[index];
         let limiter = lane.limiter();
-        match lane.enqueue() {
+        match Lane::enqueue(lane) {
             Ok(ticket) => {
                 let max_wait = limiter.queue.map(|q| q.max_wait()).unwrap_or_default();
                 let deadline = tokio::time::Instant::now() + max_wait;

@@ -25,11 +25,13 @@
 //! Reading the clock costs more than counting (DESIGN.md), so [`RetryBudget::deposit`]
 //! does not read it: it adds to a pending count (one atomic add), and every
 //! [`PLACE_EVERY`]th deposit — or any withdrawal, outcome record or snapshot, which read the
-//! clock anyway — places the pending deposits into a bucket. They are placed in the bucket
+//! clock anyway — places the pending deposits into a bucket. The pending count is kept per
+//! thread ([`fusebox_classify::shard`]): every request deposits, so with one shared counter
+//! threads calling the dependency would all write one cache line on every call. They are placed in the bucket
 //! of the *previous* placement, the earliest time any of them can have happened, so they
 //! leave the window no later than they really would: the budget may count fewer deposits
-//! than there were (after a long quiet spell, up to `PLACE_EVERY - 1` of them may be
-//! dropped as too old), never more. [`RetryBudget::deposit_at`] places at once, exactly.
+//! than there were (after a long quiet spell, up to `PLACE_EVERY - 1` of them per thread
+//! may be dropped as too old), never more. [`RetryBudget::deposit_at`] places at once, exactly.
 //!
 //! # Buckets
 //!
@@ -46,10 +48,16 @@
 //! Attempts are the requests plus the retries and hedges, less the ignored attempts.
 
 use crate::config::RetryConfig;
+use fusebox_classify::shard::{shard_count, thread_slot};
 use fusebox_classify::{Clock, Nanos, Outcome};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+
+/// One thread's count of pending deposits, on a cache line (pair) of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Pending(AtomicU64);
 
 /// The number of buckets in the window (each covers `ttl / BUCKETS`).
 pub const BUCKETS: usize = 10;
@@ -164,8 +172,8 @@ pub struct RetryBudget {
     reserve_units: u64,
     cutoff: Option<Cutoff>,
     slots: [Slot; BUCKETS],
-    /// Deposits not yet placed in a bucket.
-    pending: AtomicU64,
+    /// Deposits not yet placed in a bucket, counted per thread (a power of two of shards).
+    pending: Box<[Pending]>,
     /// When pending deposits were last placed: no pending deposit is older.
     placed: Mutex<Nanos>,
     /// Serialises withdrawals: the check and the record happen under it.
@@ -194,7 +202,7 @@ impl RetryBudget {
                 minimum_calls: u64::from(config.cutoff_minimum_calls()),
             }),
             slots: Default::default(),
-            pending: AtomicU64::new(0),
+            pending: (0..shard_count()).map(|_| Pending::default()).collect(),
             placed: Mutex::new(clock.now()),
             withdraw: Mutex::new(()),
         }
@@ -230,7 +238,8 @@ impl RetryBudget {
     /// clock is read once every [`PLACE_EVERY`] deposits (see the module docs).
     #[inline]
     pub fn deposit(&self) {
-        let pending = self.pending.fetch_add(1, Ordering::Relaxed) + 1;
+        let shard = &self.pending[thread_slot() & (self.pending.len() - 1)];
+        let pending = shard.0.fetch_add(1, Ordering::Relaxed) + 1;
         if pending.is_multiple_of(PLACE_EVERY) {
             self.place(self.clock.now());
         }
@@ -247,7 +256,11 @@ impl RetryBudget {
     /// time any of them can have been made), and notes `now` as this placement's time.
     fn place(&self, now: Nanos) {
         let mut placed = self.placed.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = self.pending.swap(0, Ordering::AcqRel);
+        let pending: u64 = self
+            .pending
+            .iter()
+            .map(|shard| shard.0.swap(0, Ordering::AcqRel))
+            .sum();
         if pending > 0 {
             let epoch = self.epoch(*placed);
             let count = u32::try_from(pending).unwrap_or(u32::MAX);

@@ -8,6 +8,7 @@
 use crate::error::{BodyExceedsSizeHint, BoxError, DeadlineExceeded, is_fusebox_rejection};
 use crate::replay::{Buffered, ReplayBody};
 use crate::service::{Bound, Shared, attempt_span, call_in};
+use fusebox_classify::shard::Lease;
 use fusebox_classify::{CallMeta, Classified, Classifier, Deadline, Outcome, RetryHint, Verdict};
 use http::{Request, Response, request};
 use http_body::Body;
@@ -108,7 +109,7 @@ where
     timer: Option<Pin<Box<Sleep>>>,
     primary_span: Span,
     phase: Phase,
-    shared: Arc<Bound<S, C>>,
+    shared: Arc<Lease<Bound<S, C>>>,
     meta: CallMeta,
     deadline: Option<Deadline>,
     replay: Option<Replay<S, B::Data>>,
@@ -138,7 +139,7 @@ where
     pub(crate) fn once(
         future: S::Future,
         span: Span,
-        shared: Arc<Bound<S, C>>,
+        shared: Arc<Lease<Bound<S, C>>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
     ) -> Self {
@@ -162,7 +163,7 @@ where
     pub(crate) fn repeatable(
         future: S::Future,
         span: Span,
-        shared: Arc<Bound<S, C>>,
+        shared: Arc<Lease<Bound<S, C>>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
         parts: request::Parts,
@@ -193,7 +194,7 @@ where
     /// The request's deadline had already passed: the future fails with
     /// [`DeadlineExceeded`] without sending anything.
     #[cold]
-    pub(crate) fn expired(shared: Arc<Bound<S, C>>, meta: CallMeta) -> Self {
+    pub(crate) fn expired(shared: Arc<Lease<Bound<S, C>>>, meta: CallMeta) -> Self {
         ResponseFuture {
             body: None,
             primary: None,
@@ -211,7 +212,7 @@ where
     /// The body must be buffered before the first attempt; `replay.service` is ready.
     pub(crate) fn buffering(
         body: B,
-        shared: Arc<Bound<S, C>>,
+        shared: Arc<Lease<Bound<S, C>>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
         replay: Replay<S, B::Data>,

@@ -6,6 +6,7 @@ use crate::config::RetryConfig;
 use crate::error::BoxError;
 use crate::future::{Replay, ResponseFuture};
 use crate::replay::{Buffered, ReplayBody};
+use fusebox_classify::shard::Leases;
 use fusebox_classify::{CallMeta, Classifier, Clock, Deadline, RetryHint, RouteTable};
 use http::{Request, Response};
 use http_body::Body;
@@ -290,14 +291,15 @@ pub(crate) fn call_in<S: Service<R>, R>(span: &Span, service: &mut S, request: R
 /// Built by [`RetryBudgetLayer`](crate::RetryBudgetLayer). Clones share the layer's budget.
 pub struct Retry<S, C = fusebox_classify::StandardClassifier> {
     inner: S,
-    bound: Arc<Bound<S, C>>,
+    /// Leased per thread: every call's future holds one (see [`fusebox_classify::shard`]).
+    bound: Arc<Leases<Bound<S, C>>>,
 }
 
 impl<S, C> Retry<S, C> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
         Retry {
             inner,
-            bound: Arc::new(Bound::new(shared)),
+            bound: Arc::new(Leases::new(Arc::new(Bound::new(shared)))),
         }
     }
 
@@ -359,14 +361,14 @@ where
 
     #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let bound = &self.bound;
+        let bound = &**self.bound;
         bound.budget.deposit();
         bound.metrics.attempts.increment(1);
         let meta: CallMeta = bound.routes.meta(&request);
         let deadline = request.extensions().get::<Deadline>().copied();
         if deadline.is_some_and(|d| d.is_expired()) {
             // No attempt starts past the deadline, the first one included.
-            return ResponseFuture::expired(Arc::clone(bound), meta);
+            return ResponseFuture::expired(self.bound.lease(), meta);
         }
         let route = bound.routes.route(meta.route());
         let repeatable = route.retry_enabled() && bound.config.max_attempts() > 1;
@@ -381,7 +383,7 @@ where
             return ResponseFuture::repeatable(
                 future,
                 span,
-                Arc::clone(bound),
+                self.bound.lease(),
                 meta,
                 deadline,
                 parts,
@@ -395,12 +397,12 @@ where
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
             let replay = Replay::new(Some(Box::new(ready)), parts, Buffered::default());
-            return ResponseFuture::buffering(body, Arc::clone(bound), meta, deadline, replay);
+            return ResponseFuture::buffering(body, self.bound.lease(), meta, deadline, replay);
         }
         // Streaming, too large, or never retried: sent once, untouched.
         let span = attempt_span(1);
         let attempt = Request::from_parts(parts, ReplayBody::streaming(body));
         let future = call_in(&span, &mut self.inner, attempt);
-        ResponseFuture::once(future, span, Arc::clone(bound), meta, deadline)
+        ResponseFuture::once(future, span, self.bound.lease(), meta, deadline)
     }
 }

@@ -5,6 +5,7 @@ use crate::body::TimeoutBody;
 use crate::telemetry::{self, Phase};
 use fusebox_classify::BoxError;
 use fusebox_classify::error::{DeadlineExceeded, Elapsed};
+use fusebox_classify::shard::Lease;
 use http::Response;
 use pin_project::pin_project;
 use std::future::Future;
@@ -28,14 +29,14 @@ pub struct ResponseFuture<F> {
     inner: Option<F>,
     #[pin]
     sleep: Sleep,
-    route: Arc<str>,
+    route: Arc<Lease<str>>,
     limit: Duration,
 }
 
 impl<F> ResponseFuture<F> {
     /// A call bounded by `timeout` from now (the timer is built in place).
     #[inline]
-    pub(crate) fn new(inner: F, route: Arc<str>, timeout: Duration) -> Self {
+    pub(crate) fn new(inner: F, route: Arc<Lease<str>>, timeout: Duration) -> Self {
         ResponseFuture {
             inner: Some(inner),
             sleep: tokio::time::sleep(timeout),
@@ -45,7 +46,7 @@ impl<F> ResponseFuture<F> {
     }
 
     /// A call bounded by a caller's deadline: its timer fires at `until`, `limit` from now.
-    pub(crate) fn until(inner: F, route: Arc<str>, until: Instant, limit: Duration) -> Self {
+    pub(crate) fn until(inner: F, route: Arc<Lease<str>>, until: Instant, limit: Duration) -> Self {
         ResponseFuture {
             inner: Some(inner),
             sleep: tokio::time::sleep_until(until),
@@ -55,7 +56,7 @@ impl<F> ResponseFuture<F> {
     }
 
     /// A call refused because its deadline, `deadline`, had passed.
-    pub(crate) fn expired(route: Arc<str>, deadline: Instant) -> Self {
+    pub(crate) fn expired(route: Arc<Lease<str>>, deadline: Instant) -> Self {
         ResponseFuture {
             inner: None,
             sleep: tokio::time::sleep_until(deadline),
@@ -84,11 +85,9 @@ where
             return Poll::Ready(result.map_err(Into::into));
         }
         ready!(this.sleep.poll(cx));
-        telemetry::elapsed(this.route, *this.limit, Phase::Headers);
-        Poll::Ready(Err(Box::new(Elapsed::new(
-            Arc::clone(this.route),
-            *this.limit,
-        ))))
+        let route = this.route.shared();
+        telemetry::elapsed(route, *this.limit, Phase::Headers);
+        Poll::Ready(Err(Box::new(Elapsed::new(Arc::clone(route), *this.limit))))
     }
 }
 
@@ -99,7 +98,7 @@ where
 pub struct BodyFuture<F> {
     #[pin]
     inner: F,
-    route: Arc<str>,
+    route: Arc<Lease<str>>,
     timeout: Option<Duration>,
     deadline: Option<Instant>,
 }
@@ -108,7 +107,7 @@ impl<F> BodyFuture<F> {
     #[inline]
     pub(crate) fn new(
         inner: F,
-        route: Arc<str>,
+        route: Arc<Lease<str>>,
         timeout: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Self {
@@ -139,7 +138,7 @@ where
         };
         let limit = until.saturating_duration_since(now);
         let sleep = tokio::time::sleep_until(until);
-        let route = Arc::clone(this.route);
+        let route = Arc::clone(this.route.shared());
         Poll::Ready(Ok(
             response.map(|body| TimeoutBody::with_timer(body, sleep, route, limit))
         ))

@@ -6,13 +6,49 @@ use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::future::{BodyFuture, ResponseFuture};
 use crate::telemetry;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
-use fusebox_classify::{BoxError, Classifier, Deadline, RouteTable};
+use fusebox_classify::shard::{Lease, Leases};
+use fusebox_classify::{BoxError, Classifier, Deadline, RouteId, RouteTable};
 use http::{HeaderMap, Request, Response};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::Instant;
 use tower_service::Service;
+
+/// The names of a table's routes, each leased per thread: every call's future holds its
+/// route's name (for the [`Elapsed`](crate::error::Elapsed) error and the metrics of a
+/// timeout), and one shared `Arc<str>` per route would make every thread calling that
+/// route write to one cache line twice per call ([`fusebox_classify::shard`]).
+#[derive(Clone)]
+pub(crate) struct RouteNames(Arc<[Leases<str>]>);
+
+impl RouteNames {
+    pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>) -> Self {
+        RouteNames(
+            routes
+                .iter()
+                .map(|(id, _, _)| Leases::new(routes.shared_name(id)))
+                .collect(),
+        )
+    }
+
+    /// The name of route `id` (the default route's for an id of another table), leased
+    /// for this thread.
+    #[inline]
+    pub(crate) fn lease(&self, id: RouteId) -> Arc<Lease<str>> {
+        match self.0.get(id.index()).or_else(|| self.0.first()) {
+            Some(names) => names.lease(),
+            // A table always has its default route; an empty name all the same.
+            None => Leases::<str>::new(Arc::from("")).lease(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RouteNames {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|n| &**n)).finish()
+    }
+}
 
 /// Bounds every call by its route's timeout and by the caller's deadline, if any.
 ///
@@ -25,19 +61,23 @@ use tower_service::Service;
 pub struct Timeout<S, C> {
     inner: S,
     routes: RouteTable<C>,
+    names: RouteNames,
     config: TimeoutConfig,
 }
 
-impl<S, C> Timeout<S, C> {
+impl<S, C: Classifier> Timeout<S, C> {
     /// Wraps `inner`.
     pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
         Timeout {
             inner,
+            names: RouteNames::new(&routes),
             routes,
             config,
         }
     }
+}
 
+impl<S, C> Timeout<S, C> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -96,7 +136,7 @@ where
             .route(id)
             .timeout_duration()
             .unwrap_or(self.config.default_timeout());
-        let route = self.routes.shared_name(id);
+        let route = self.names.lease(id);
 
         // An empty `Extensions` answers without hashing: no deadline costs one branch.
         let Some(deadline) = request.extensions().get::<Deadline>().copied() else {
@@ -107,7 +147,7 @@ where
         let now = Instant::now();
         match budget::budget(now, deadline.instant(), route_timeout) {
             Budget::Expired => {
-                telemetry::deadline_exceeded(Arc::clone(&route));
+                telemetry::deadline_exceeded(Arc::clone(route.shared()));
                 ResponseFuture::expired(route, deadline.instant())
             }
             Budget::Run { limit } => {
@@ -132,20 +172,24 @@ where
 pub struct BodyTimeout<S, C> {
     inner: S,
     routes: RouteTable<C>,
+    names: RouteNames,
     timeout: Option<Duration>,
 }
 
-impl<S, C> BodyTimeout<S, C> {
+impl<S, C: Classifier> BodyTimeout<S, C> {
     /// Wraps `inner`; bodies may take `timeout` (or forever, with `None`, unless the
     /// request carries a deadline).
     pub fn new(inner: S, routes: RouteTable<C>, timeout: Option<Duration>) -> Self {
         BodyTimeout {
             inner,
+            names: RouteNames::new(&routes),
             routes,
             timeout,
         }
     }
+}
 
+impl<S, C> BodyTimeout<S, C> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -176,7 +220,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let route = self.routes.shared_name(self.routes.resolve(&request));
+        let route = self.names.lease(self.routes.resolve(&request));
         let deadline = request
             .extensions()
             .get::<Deadline>()

@@ -396,6 +396,7 @@ impl<C: Classifier> PolicyBuilder<C> {
     }
 
     /// Marks the builder as building only to check a configuration (see `check_only`).
+    #[cfg(any(feature = "toml", feature = "yaml"))]
     pub(crate) fn check_only(mut self) -> Self {
         self.check_only = true;
         self
