@@ -1,12 +1,10 @@
 //! Keyed breakers: one breaker per host, route, shard or tenant, so that one bad key does
 //! not open the whole dependency.
 //!
-//! Keys live in a sharded map bounded by `max_keys`. Eviction is a second-chance sweep: a
-//! breaker used since the previous sweep survives it (and is marked unused), one that was
-//! not is evicted. Sweeps run when a shard is full and at most every `idle_timeout`, so a
-//! key idle for between one and two `idle_timeout`s is forgotten. When a full shard has no
-//! idle key, a closed breaker with no call in flight is evicted instead; memory stays
-//! bounded by `max_keys` plus the breakers of calls in flight.
+//! Keys live in a sharded map bounded by `max_keys`. What removes a key, and what happens
+//! when none can go, is documented on [`KeyedCircuitBreakerLayer`]: the rules users rely
+//! on (a breaker that is not closed is never evicted to make room; a key in use is never
+//! forgotten as idle) belong with the public type.
 
 use crate::breaker::{Breaker, BreakerHandle, Control};
 use crate::config::CircuitBreakerConfig;
@@ -144,10 +142,84 @@ impl KeyFn for ByRoute {
 type Entry<C, St> = Arc<Breaker<C, St>>;
 type Shards<K, C, St> = Box<[Mutex<Shard<K, C, St>>]>;
 
+/// The name of the breaker that serves new keys while their shard has no room (see the
+/// module docs).
+const OVERFLOW_KEY: &str = "(overflow)";
+
+/// A key's place in its shard.
+struct Slot<C, St> {
+    breaker: Entry<C, St>,
+    /// The shard's `tick` when the key was last looked up: a larger stamp is a more recent
+    /// use.
+    used: u64,
+}
+
 struct Shard<K, C, St> {
-    map: HashMap<K, Entry<C, St>>,
+    map: HashMap<K, Slot<C, St>>,
+    /// How many keys the shard has made: the clock of [`Slot::used`].
+    tick: u64,
     last_sweep: Nanos,
     lookups: u32,
+    /// Serves new keys while none of the keys held can make room for them.
+    overflow: Option<Entry<C, St>>,
+}
+
+/// Whether a call (or an operator's handle) holds the breaker: only the shard's map holds
+/// an idle one.
+fn in_use<C, St>(breaker: &Entry<C, St>) -> bool {
+    Arc::strong_count(breaker) > 1
+}
+
+// === impl Shard ===
+
+impl<K: Hash + Eq + Clone, C, St: Store> Shard<K, C, St> {
+    fn new(now: Nanos) -> Self {
+        Shard {
+            map: HashMap::new(),
+            tick: 0,
+            last_sweep: now,
+            lookups: 0,
+            overflow: None,
+        }
+    }
+
+    /// Forgets every key not used since the previous sweep, unless a call is in flight on
+    /// it, and marks the others unused.
+    fn sweep_idle(&mut self) {
+        self.map.retain(|_, slot| {
+            slot.breaker.touched.swap(false, Ordering::Relaxed) || in_use(&slot.breaker)
+        });
+    }
+
+    /// Evicts one key to make room for a new one: the first closed breaker with no call in
+    /// flight that is idle (unused since the last sweep, or during the last `old_enough`
+    /// new keys), else the least recently used closed one with no call in flight. Returns
+    /// whether a key went; breakers in any other state are never evicted here.
+    fn make_room(&mut self, old_enough: u64) -> bool {
+        let mut best: Option<(&K, u64)> = None;
+        for (key, slot) in &self.map {
+            if in_use(&slot.breaker) {
+                continue;
+            }
+            let age = self.tick.saturating_sub(slot.used);
+            let idle = age >= old_enough || !slot.breaker.touched.load(Ordering::Relaxed);
+            // The state costs a lock to read: only for a key that would be chosen.
+            if (!idle && best.is_some_and(|(_, oldest)| oldest >= age))
+                || slot.breaker.store.snapshot().state != State::Closed
+            {
+                continue;
+            }
+            best = Some((key, age));
+            if idle {
+                break;
+            }
+        }
+        let Some((key, _)) = best else {
+            return false;
+        };
+        let key = key.clone();
+        self.map.remove(&key).is_some()
+    }
 }
 
 pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
@@ -188,15 +260,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             clock,
             make,
             events,
-            shards: (0..shards)
-                .map(|_| {
-                    Mutex::new(Shard {
-                        map: HashMap::new(),
-                        last_sweep: now,
-                        lookups: 0,
-                    })
-                })
-                .collect(),
+            shards: (0..shards).map(|_| Mutex::new(Shard::new(now))).collect(),
             hasher: RandomState::new(),
             per_shard,
             idle,
@@ -212,28 +276,60 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
 
     fn breaker_for(&self, head: &RequestHead<'_>) -> Entry<C, M::Store> {
         let key = self.key_fn.key(head);
-        let mut shard = self.shard(&key);
+        let mut guard = self.shard(&key);
+        let shard = &mut *guard;
         shard.lookups = shard.lookups.wrapping_add(1);
-        if shard.lookups.is_multiple_of(SWEEP_CHECK_EVERY) {
-            self.maybe_sweep(&mut shard, false);
+        if let Some(slot) = shard.map.get_mut(&key) {
+            if slot.used != shard.tick {
+                slot.used = shard.tick;
+            }
+            slot.breaker.touch();
+            let breaker = Arc::clone(&slot.breaker);
+            if shard.lookups.is_multiple_of(SWEEP_CHECK_EVERY) {
+                self.maybe_sweep(shard);
+            }
+            return breaker;
         }
-        if let Some(b) = shard.map.get(&key) {
-            b.touch();
-            return Arc::clone(b);
+        self.maybe_sweep(shard);
+        // Half a shard of new keys: a key not used while they came is idle enough to go.
+        let old_enough = (self.per_shard / 2).max(1) as u64;
+        if shard.map.len() >= self.per_shard && !shard.make_room(old_enough) {
+            return self.overflow(shard);
         }
-        let full = shard.map.len() >= self.per_shard;
-        self.maybe_sweep(&mut shard, full);
-        if shard.map.len() >= self.per_shard {
-            Self::evict_one(&mut shard);
-        }
-        let name = self.key_fn.describe(&key, head);
+        let breaker = self.make_breaker(self.key_fn.describe(&key, head));
+        shard.tick += 1;
+        shard.map.insert(
+            key,
+            Slot {
+                breaker: Arc::clone(&breaker),
+                used: shard.tick,
+            },
+        );
+        breaker
+    }
+
+    /// The shard's overflow breaker, made on first need.
+    #[cold]
+    fn overflow(&self, shard: &mut Shard<F::Key, C, M::Store>) -> Entry<C, M::Store> {
+        let breaker = shard.overflow.get_or_insert_with(|| {
+            tracing::warn!(
+                breaker = &*self.config.name,
+                keys = shard.map.len(),
+                "keyed breaker: a shard is full of breakers that are not closed or are in use; new keys share its overflow breaker"
+            );
+            self.make_breaker(Arc::from(OVERFLOW_KEY))
+        });
+        Arc::clone(breaker)
+    }
+
+    fn make_breaker(&self, name: Arc<str>) -> Entry<C, M::Store> {
         let store = self.make.make_store(StoreSpec {
             config: Arc::clone(&self.config),
             key: Some(Arc::clone(&name)),
             clock: self.clock,
             events: self.events.clone(),
         });
-        let breaker = Arc::new(Breaker::new(
+        Arc::new(Breaker::new(
             self.table.clone(),
             store,
             self.clock,
@@ -241,34 +337,17 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             Some(name),
             self.events.clone(),
             self.config.count_overloaded,
-        ));
-        shard.map.insert(key, Arc::clone(&breaker));
-        breaker
+        ))
     }
 
-    /// Second-chance sweep, when forced (shard full) or when `idle` has passed since the last.
-    fn maybe_sweep(&self, shard: &mut Shard<F::Key, C, M::Store>, force: bool) {
+    /// Sweeps idle keys when `idle` has passed since the shard's last sweep.
+    fn maybe_sweep(&self, shard: &mut Shard<F::Key, C, M::Store>) {
         let now = self.clock.now();
-        if !force && now.since(shard.last_sweep) < self.idle {
+        if now.since(shard.last_sweep) < self.idle {
             return;
         }
         shard.last_sweep = now;
-        shard.map.retain(|_, b| {
-            // Keep breakers used since the last sweep, and any with a call in flight.
-            b.touched.swap(false, Ordering::Relaxed) || Arc::strong_count(b) > 1
-        });
-    }
-
-    fn evict_one(shard: &mut Shard<F::Key, C, M::Store>) {
-        let victim = shard
-            .map
-            .iter()
-            .find(|(_, b)| Arc::strong_count(b) == 1 && b.store.snapshot().state == State::Closed)
-            .or_else(|| shard.map.iter().find(|(_, b)| Arc::strong_count(b) == 1))
-            .map(|(k, _)| k.clone());
-        if let Some(k) = victim {
-            shard.map.remove(&k);
-        }
+        shard.sweep_idle();
     }
 
     fn len(&self) -> usize {
@@ -281,6 +360,43 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
 
 /// Puts one circuit breaker per key in front of a service. Built by
 /// [`CircuitBreakerLayerBuilder::build_keyed`](crate::CircuitBreakerLayerBuilder::build_keyed).
+///
+/// # How keys are kept and evicted
+///
+/// Keys live in a sharded map bounded by `max_keys`: each key's breaker, with a stamp of
+/// when the key was last used. Two things remove a key, and neither touches a breaker in
+/// use — one with a call in flight, or held by a [`BreakerHandle`] from
+/// [`KeyedBreakerHandle::get`]:
+///
+/// - **Idle eviction**, driven by time. A shard is swept at most once per `idle_timeout`
+///   (checked on every new key and every 1024th lookup in the shard): a breaker used since
+///   the previous sweep survives it (and is marked unused), one that was not is forgotten,
+///   whatever its state. So a key is forgotten once it has been idle for between one and
+///   two `idle_timeout`s (at its shard's next check), and a key used more often than
+///   every `idle_timeout` never is.
+/// - **Making room**, driven by the cap. A new key in a full shard evicts exactly one key: a
+///   CLOSED breaker with no call in flight that has not been used recently — one not used
+///   since the last idle sweep, or during the last half-shard of new keys; failing those,
+///   the least recently used. Losing a closed breaker loses only its window of recent
+///   calls. A breaker that is OPEN, HALF_OPEN, or in an operator's state (forced open,
+///   disabled, metrics-only) is never evicted to make room: a new breaker would start
+///   closed and let calls through to a dependency known to be failing, or undo an
+///   operator's order. A burst of new keys evicts one key each, never the whole shard.
+///
+/// When a shard is full and none of its keys can go (every one is not closed or has a call
+/// in flight), the new key is not kept: its calls go through the shard's **overflow
+/// breaker**, one ordinary breaker per shard, made on first need and named
+/// [`KeyedBreakerHandle::OVERFLOW_KEY`], which every such key shares until room appears.
+/// The keys held by the breakers at risk keep their state, the new keys are still
+/// protected (together, as by an unkeyed breaker), and memory stays bounded: at most
+/// `max_keys` keys are held, plus one overflow breaker per shard (at most 16). The overflow
+/// breakers are reached through
+/// [`KeyedBreakerHandle::overflow`] and obeys [`KeyedBreakerHandle::reset_all`] and
+/// [`KeyedBreakerHandle::force_open_all`].
+///
+/// A call on a key already held takes its shard's lock for one map lookup and two stamps
+/// (written only when they change); it allocates nothing, and reads the clock only on every
+/// 1024th lookup in its shard (to check whether a sweep is due).
 pub struct KeyedCircuitBreakerLayer<F: KeyFn, C, M: MakeStore> {
     shared: Arc<KeyedShared<F, C, M>>,
 }
@@ -409,6 +525,7 @@ trait KeyedControl<K>: Send + Sync + 'static {
     fn keys(&self) -> Vec<K>;
     fn len(&self) -> usize;
     fn command_all(&self, command: Command);
+    fn overflow(&self) -> Vec<BreakerHandle>;
     fn events(&self) -> &EventSink;
 }
 
@@ -418,7 +535,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared
         shard
             .map
             .get(key)
-            .map(|b| BreakerHandle::new(Arc::clone(b) as Arc<dyn Control>))
+            .map(|slot| BreakerHandle::new(Arc::clone(&slot.breaker) as Arc<dyn Control>))
     }
 
     fn keys(&self) -> Vec<F::Key> {
@@ -437,17 +554,33 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared
 
     fn command_all(&self, command: Command) {
         for shard in self.shards.iter() {
-            let breakers: Vec<_> = shard
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .map
-                .values()
-                .cloned()
-                .collect();
+            // Collected first: a command emits events, and listeners must not run under
+            // the shard's lock.
+            let breakers: Vec<_> = {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard
+                    .map
+                    .values()
+                    .map(|slot| Arc::clone(&slot.breaker))
+                    .chain(shard.overflow.clone())
+                    .collect()
+            };
             for b in breakers {
                 b.store.command(command);
             }
         }
+    }
+
+    fn overflow(&self) -> Vec<BreakerHandle> {
+        self.shards
+            .iter()
+            .filter_map(|s| {
+                let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+                s.overflow
+                    .as_ref()
+                    .map(|b| BreakerHandle::new(Arc::clone(b) as Arc<dyn Control>))
+            })
+            .collect()
     }
 
     fn events(&self) -> &EventSink {
@@ -478,6 +611,13 @@ impl<K: 'static> fmt::Debug for KeyedBreakerHandle<K> {
 }
 
 impl<K: 'static> KeyedBreakerHandle<K> {
+    /// The key name of the overflow breakers, in their events and [`CircuitOpen`] errors:
+    /// the breaker a shard's new keys share while every key it holds is a breaker that must
+    /// not be evicted (see [`KeyedCircuitBreakerLayer`]).
+    ///
+    /// [`CircuitOpen`]: fusebox_classify::error::CircuitOpen
+    pub const OVERFLOW_KEY: &'static str = OVERFLOW_KEY;
+
     /// The handle of one key's breaker, if the key is known.
     pub fn get(&self, key: &K) -> Option<BreakerHandle> {
         self.keys.get(key)
@@ -498,12 +638,19 @@ impl<K: 'static> KeyedBreakerHandle<K> {
         self.len() == 0
     }
 
-    /// Resets every known key's breaker.
+    /// The overflow breakers made so far: at most one per shard, none while no shard has
+    /// had to serve a new key without keeping it.
+    pub fn overflow(&self) -> Vec<BreakerHandle> {
+        self.keys.overflow()
+    }
+
+    /// Resets every known key's breaker (and the overflow breakers).
     pub fn reset_all(&self) {
         self.keys.command_all(Command::Reset)
     }
 
-    /// Forces every known key's breaker open (keys first seen later start closed).
+    /// Forces every known key's breaker open, and the overflow breakers (keys first seen
+    /// later start closed).
     pub fn force_open_all(&self) {
         self.keys.command_all(Command::ForceOpen)
     }
