@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{fusebox, scratch, write};
+use common::{fusebox, read_json, scratch, write};
 use fusebox_cli::drill::{self, DrillOptions, Out};
 use fusebox_cli::input::SourceFile;
 use fusebox_cli::scenario::{BUILTIN, load_scenario};
@@ -203,21 +203,14 @@ fn the_binary_writes_a_report_and_a_chart() {
     let dir = scratch("drill-binary");
     let file = write(&dir, "short.toml", SHORT);
     let run = fusebox(&dir, &["drill", &file, "--virtual-time", "--out", "out"]);
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("CLOSED → OPEN"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("rejected by the breaker"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("PASS: the breaker behaved as \"short\" expects")
-    );
+    run.assert_code(0);
+    run.assert_stdout(&[
+        "CLOSED → OPEN",
+        "rejected by the breaker",
+        "PASS: the breaker behaved as \"short\" expects",
+    ]);
 
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("out/report.json")).unwrap())
-            .unwrap();
+    let json = read_json(&dir, "out/report.json");
     assert_eq!(json["scenario"], "short");
     assert_eq!(json["passed"], true);
     let transitions = json["replica_reports"][0]["transitions"]
@@ -240,19 +233,12 @@ fn failed_expectations_exit_1() {
         &dir,
         &["drill", &file, "--virtual-time", "-q", "--out", "out"],
     );
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("✗ opens = false"), "{}", run.stdout);
-    assert!(
-        run.stdout.contains("✗ closed_at_end = false"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("FAIL: 2 of 8 expectations did not hold"),
-        "{}",
-        run.stdout
-    );
+    run.assert_code(1);
+    run.assert_stdout(&[
+        "✗ opens = false",
+        "✗ closed_at_end = false",
+        "FAIL: 2 of 8 expectations did not hold",
+    ]);
     assert!(
         run.stderr.contains("failed its expectations"),
         "{}",
@@ -280,12 +266,11 @@ fn every_builtin_scenario_passes_on_virtual_time() {
 fn list_and_show_builtins() {
     let dir = scratch("drill-list");
     let run = fusebox(&dir, &["drill", "--list"]);
-    assert_eq!(run.code, 0);
-    for (name, _) in BUILTIN {
-        assert!(run.stdout.contains(name), "{}", run.stdout);
-    }
+    run.assert_code(0);
+    let names: Vec<&str> = BUILTIN.iter().map(|(name, _)| *name).collect();
+    run.assert_stdout(&names);
     let run = fusebox(&dir, &["drill", "--show", "unavailable"]);
-    assert_eq!(run.code, 0);
+    run.assert_code(0);
     assert!(
         run.stdout.starts_with("# 503s with half-open probing"),
         "{}",
@@ -294,6 +279,6 @@ fn list_and_show_builtins() {
     // What --show prints is a scenario the checker accepts.
     write(&dir, "mine.toml", &run.stdout);
     let run = fusebox(&dir, &["check", "mine.toml"]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stdout.contains("scenario \"unavailable\", no problems"));
+    run.assert_code(0);
+    run.assert_stdout(&["scenario \"unavailable\", no problems"]);
 }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Run, fusebox, scratch, write};
+use common::{fusebox, run_replay, scratch, write};
 
 const POLICY: &str = r#"
 [policies.api.breaker]
@@ -11,20 +11,6 @@ count_window = 10
 minimum_calls = 5
 [policies.api.routes."GET /a"]
 "#;
-
-fn assert_input_error(run: &Run, expected: &str) {
-    assert_eq!(
-        run.code, 2,
-        "stdout:\n{}\nstderr:\n{}",
-        run.stdout, run.stderr
-    );
-    assert!(
-        run.stderr.contains(expected),
-        "expected {expected:?} in:\n{}",
-        run.stderr
-    );
-    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
-}
 
 #[test]
 fn malformed_calls_files() {
@@ -69,37 +55,19 @@ fn malformed_calls_files() {
     ];
     for (name, text, expected) in cases {
         write(&dir, name, text);
-        let run = fusebox(
-            &dir,
-            &["replay", "--config", "policy.toml", "--calls", name],
-        );
-        assert_input_error(&run, expected);
+        let run = run_replay(&dir, "policy.toml", name, &[]);
+        run.assert_input_error(expected);
     }
-    let run = fusebox(
-        &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "missing.csv",
-        ],
-    );
-    assert_input_error(&run, "missing.csv: cannot read the file");
+    let run = run_replay(&dir, "policy.toml", "missing.csv", &[]);
+    run.assert_input_error("missing.csv: cannot read the file");
     // --default-policy makes unlisted routes the policy's.
-    let run = fusebox(
+    let run = run_replay(
         &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "unknown-route.csv",
-            "--default-policy",
-            "api",
-        ],
+        "policy.toml",
+        "unknown-route.csv",
+        &["--default-policy", "api"],
     );
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.assert_code(0);
 }
 
 #[test]
@@ -130,10 +98,10 @@ fn malformed_policy_files() {
     ];
     for (name, text, expected) in cases {
         write(&dir, name, text);
-        let run = fusebox(&dir, &["replay", "--config", name, "--calls", "calls.csv"]);
-        assert_input_error(&run, expected);
+        let run = run_replay(&dir, name, "calls.csv", &[]);
+        run.assert_input_error(expected);
         let run = fusebox(&dir, &["check", name]);
-        assert_input_error(&run, expected);
+        run.assert_input_error(expected);
     }
 }
 
@@ -170,17 +138,16 @@ fn malformed_scenarios() {
     for (name, text, expected) in cases {
         write(&dir, name, text);
         let run = fusebox(&dir, &["drill", name, "--virtual-time"]);
-        assert_input_error(&run, expected);
+        run.assert_input_error(expected);
         let run = fusebox(&dir, &["check", name]);
-        assert_input_error(&run, expected);
+        run.assert_input_error(expected);
     }
     let run = fusebox(&dir, &["drill", "no-such-scenario"]);
-    assert_input_error(
-        &run,
+    run.assert_input_error(
         "no scenario \"no-such-scenario\": not a file, and not a built-in (brownout, ",
     );
     let run = fusebox(&dir, &["drill", "--show", "nope"]);
-    assert_input_error(&run, "--show: no built-in scenario \"nope\"");
+    run.assert_input_error("--show: no built-in scenario \"nope\"");
 }
 
 #[test]
@@ -189,86 +156,42 @@ fn bad_flags() {
     write(&dir, "policy.toml", POLICY);
     write(&dir, "calls.csv", "0,GET /a,200,5\n");
     let run = fusebox(&dir, &["drill", "--store", "memcached://x"]);
-    assert_input_error(
-        &run,
-        "--store \"memcached://x\": only Redis stores are supported",
-    );
+    run.assert_input_error("--store \"memcached://x\": only Redis stores are supported");
     let run = fusebox(
         &dir,
         &["drill", "--store", "redis://127.0.0.1:6379/0?colour=red"],
     );
-    assert_input_error(&run, "--store: ");
+    run.assert_input_error("--store: ");
     let run = fusebox(&dir, &["drill", "--policy", "x"]);
-    assert_input_error(&run, "--config");
-    let run = fusebox(
+    run.assert_input_error("--config");
+    let run = run_replay(&dir, "policy.toml", "calls.csv", &["--failure-rate", "50"]);
+    run.assert_input_error("--sweep");
+    let run = run_replay(
         &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "calls.csv",
-            "--failure-rate",
-            "50",
-        ],
+        "policy.toml",
+        "calls.csv",
+        &["--sweep", "--window", "ring:5"],
     );
-    assert_input_error(&run, "--sweep");
-    let run = fusebox(
+    run.assert_input_error("bad window \"ring:5\"");
+    let run = run_replay(
         &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "calls.csv",
-            "--sweep",
-            "--window",
-            "ring:5",
-        ],
+        "policy.toml",
+        "calls.csv",
+        &["--sweep", "--incident", "+10s..+5s"],
     );
-    assert_input_error(&run, "bad window \"ring:5\"");
-    let run = fusebox(
-        &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "calls.csv",
-            "--sweep",
-            "--incident",
-            "+10s..+5s",
-        ],
-    );
-    assert_input_error(
-        &run,
-        "--incident: bad incident +10s..+5s: it ends before it starts",
-    );
-    let run = fusebox(
-        &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "calls.csv",
-            "--default-policy",
-            "x",
-        ],
-    );
-    assert_input_error(&run, "--default-policy");
+    run.assert_input_error("--incident: bad incident +10s..+5s: it ends before it starts");
+    let run = run_replay(&dir, "policy.toml", "calls.csv", &["--default-policy", "x"]);
+    run.assert_input_error("--default-policy");
     let run = fusebox(&dir, &["frobnicate"]);
-    assert_eq!(run.code, 2);
+    run.assert_code(2);
 }
 
 #[test]
 fn help_is_complete() {
     let dir = scratch("help");
     let run = fusebox(&dir, &["--help"]);
-    assert_eq!(run.code, 0);
-    for word in ["drill", "replay", "check", "Exit codes"] {
-        assert!(run.stdout.contains(word), "{word}: {}", run.stdout);
-    }
+    run.assert_code(0);
+    run.assert_stdout(&["drill", "replay", "check", "Exit codes"]);
     for (cmd, words) in [
         (
             "drill",
@@ -300,15 +223,9 @@ fn help_is_complete() {
         ),
         ("check", &["TOML or YAML", "Every problem is reported"][..]),
     ] {
-        let run = fusebox(&dir, &[cmd, "--help"]);
-        assert_eq!(run.code, 0, "{cmd}");
-        for w in words {
-            assert!(
-                run.stdout.contains(w),
-                "{cmd} --help lacks {w}:\n{}",
-                run.stdout
-            );
-        }
+        fusebox(&dir, &[cmd, "--help"])
+            .assert_code(0)
+            .assert_stdout(words);
     }
 }
 
@@ -317,17 +234,10 @@ fn check_prints_the_effective_policies() {
     let dir = scratch("check-ok");
     write(&dir, "policy.toml", POLICY);
     let run = fusebox(&dir, &["check", "policy.toml"]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(
-        run.stdout.contains("policy.toml: 1 policy, no problems"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout
-            .contains("window last 10 calls, minimum_calls 5, failure_rate_threshold 50 %"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("route     GET /a"), "{}", run.stdout);
+    run.assert_code(0);
+    run.assert_stdout(&[
+        "policy.toml: 1 policy, no problems",
+        "window last 10 calls, minimum_calls 5, failure_rate_threshold 50 %",
+        "route     GET /a",
+    ]);
 }

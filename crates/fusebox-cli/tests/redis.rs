@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{fusebox, scratch, write};
+use common::{fusebox, read_json, scratch, write};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -129,19 +129,14 @@ async fn replicas_share_one_breaker_on_redis() {
             "out",
         ],
     );
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout
-            .contains("the replicas shared one breaker on redis://127.0.0.1:"),
-        "{}",
-        run.stdout
-    );
-    assert!(run.stdout.contains("r1 CLOSED → OPEN"), "{}", run.stdout);
-    assert!(run.stdout.contains("r2 CLOSED → OPEN"), "{}", run.stdout);
+    run.assert_code(0);
+    run.assert_stdout(&[
+        "the replicas shared one breaker on redis://127.0.0.1:",
+        "r1 CLOSED → OPEN",
+        "r2 CLOSED → OPEN",
+    ]);
 
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("out/report.json")).unwrap())
-            .unwrap();
+    let json = read_json(&dir, "out/report.json");
     assert!(
         json["store"]
             .as_str()
@@ -176,7 +171,7 @@ fn an_unreachable_store_is_reported() {
         .expect("a free port");
     let url = format!("redis://127.0.0.1:{port}/0");
     let run = fusebox(&dir, &["drill", &file, "--store", &url, "-q"]);
-    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    run.assert_code(1);
     assert!(
         run.stderr
             .contains(&format!("--store: Redis at {url} does not answer")),

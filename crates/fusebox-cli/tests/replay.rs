@@ -3,12 +3,12 @@
 
 mod common;
 
-use common::{fusebox, scratch, write};
-use fusebox_cli::config::load_policy_file;
+use common::{read_json, run_replay, scratch, write};
+use fusebox_cli::config::{Policies, load_policy_file};
 use fusebox_cli::input::SourceFile;
 use fusebox_cli::replay::calls::format_rfc3339;
 use fusebox_cli::replay::sweep::{Grid, IncidentSpec, SweepOptions, sweep};
-use fusebox_cli::replay::{ReplayOptions, replay};
+use fusebox_cli::replay::{ReplayOptions, ReplayReport, replay};
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -68,44 +68,31 @@ fn expected_moves(base_ns: u64) -> Vec<(u64, &'static str, &'static str, &'stati
     ]
 }
 
+/// The policy file `text`, read as `name`.
+fn load_policies(name: &str, text: &str) -> Policies {
+    load_policy_file(&SourceFile::new(name, text)).expect("the test's policies are valid")
+}
+
+/// Replays `calls` (a file called `name`) with the default options.
+fn replay_text(policies: &Policies, name: &str, calls: &str) -> ReplayReport {
+    replay(policies, name, calls.as_bytes(), &ReplayOptions::default()).expect("the calls replay")
+}
+
 #[test]
 fn exact_trip_times_through_the_binary() {
     let dir = scratch("replay-exact");
     write(&dir, "policy.toml", POLICY);
     write(&dir, "calls.csv", CALLS);
-    let run = fusebox(
-        &dir,
-        &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "calls.csv",
-            "--json",
-            "r.json",
-        ],
-    );
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
-    assert!(
-        run.stdout.contains("0.510") && run.stdout.contains("closed → open"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains(
-            "rejected 3 (25.0 %)   of the rejected, 1 would have failed and 2 would have succeeded"
-        ),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stdout.contains("opened 1 time   flapping 0"),
-        "{}",
-        run.stdout
-    );
+    let run = run_replay(&dir, "policy.toml", "calls.csv", &["--json", "r.json"]);
+    run.assert_code(0);
+    run.assert_stdout(&[
+        "0.510",
+        "closed → open",
+        "rejected 3 (25.0 %)   of the rejected, 1 would have failed and 2 would have succeeded",
+        "opened 1 time   flapping 0",
+    ]);
 
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    let json = read_json(&dir, "r.json");
     let b = &json["breakers"][0];
     assert_eq!(b["name"], "api");
     let moves: Vec<(u64, String, String, String)> = b["transitions"]
@@ -154,14 +141,8 @@ fn json_lines_with_rfc3339_replay_the_same() {
             f[3]
         );
     }
-    let policies = load_policy_file(&SourceFile::new("policy.toml", POLICY)).unwrap();
-    let report = replay(
-        &policies,
-        "calls.jsonl",
-        jsonl.as_bytes(),
-        &ReplayOptions::default(),
-    )
-    .unwrap();
+    let policies = load_policies("policy.toml", POLICY);
+    let report = replay_text(&policies, "calls.jsonl", &jsonl);
     let moves: Vec<(u64, &str, &str, &str)> = report.breakers[0]
         .transitions
         .iter()
@@ -208,14 +189,11 @@ fn the_sweep_marks_settings_that_catch_the_incident_quietly() {
     let dir = scratch("replay-sweep");
     write(&dir, "policy.toml", SWEEP_POLICY);
     write(&dir, "calls.csv", &incident_log());
-    let run = fusebox(
+    let run = run_replay(
         &dir,
+        "policy.toml",
+        "calls.csv",
         &[
-            "replay",
-            "--config",
-            "policy.toml",
-            "--calls",
-            "calls.csv",
             "--sweep",
             "--failure-rate",
             "20,50",
@@ -227,7 +205,7 @@ fn the_sweep_marks_settings_that_catch_the_incident_quietly() {
             "10s",
         ],
     );
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    run.assert_code(0);
     let lines: Vec<&str> = run.stdout.lines().collect();
     let row = |fail: &str, min: &str| -> &str {
         lines
@@ -255,12 +233,9 @@ fn the_sweep_marks_settings_that_catch_the_incident_quietly() {
     // 200 minimum calls do not fit a 100-call window.
     let invalid = row("20", "200");
     assert!(invalid.contains("invalid: minimum_calls"), "{invalid}");
-    assert!(
-        run.stdout
-            .contains("1 of 4 settings detected the incident in time without opening outside it."),
-        "{}",
-        run.stdout
-    );
+    run.assert_stdout(&[
+        "1 of 4 settings detected the incident in time without opening outside it.",
+    ]);
     // Best first.
     let first_row = lines.iter().position(|l| l.contains("count:100")).unwrap();
     assert!(lines[first_row].trim_start().starts_with('✓'));
@@ -268,7 +243,7 @@ fn the_sweep_marks_settings_that_catch_the_incident_quietly() {
 
 #[test]
 fn the_sweep_as_a_library() {
-    let policies = load_policy_file(&SourceFile::new("p.toml", SWEEP_POLICY)).unwrap();
+    let policies = load_policies("p.toml", SWEEP_POLICY);
     let log = incident_log();
     let options = SweepOptions {
         grid: Grid {
@@ -302,13 +277,7 @@ fn the_sweep_as_a_library() {
         "a lower threshold detects sooner"
     );
     // The same calls replayed alone give the same opening as the sweep's row.
-    let plain = replay(
-        &policies,
-        "calls.csv",
-        log.as_bytes(),
-        &ReplayOptions::default(),
-    )
-    .unwrap();
+    let plain = replay_text(&policies, "calls.csv", &log);
     assert_eq!(plain.breakers[0].stats.openings, best.openings);
     assert_eq!(plain.breakers[0].stats.rejected, best.rejected);
 }
@@ -327,14 +296,8 @@ key = "route"
 "#;
     let calls =
         "0,GET /a,503,1\n0.1,GET /a,503,1\n0.2,GET /b,200,1\n0.3,GET /b,200,1\n0.4,GET /a,200,1\n";
-    let policies = load_policy_file(&SourceFile::new("p.toml", policy)).unwrap();
-    let report = replay(
-        &policies,
-        "c.csv",
-        calls.as_bytes(),
-        &ReplayOptions::default(),
-    )
-    .unwrap();
+    let policies = load_policies("p.toml", policy);
+    let report = replay_text(&policies, "c.csv", calls);
     let names: Vec<&str> = report.breakers.iter().map(|b| b.name.as_str()).collect();
     assert_eq!(names, ["api/GET /a", "api/GET /b"]);
     assert_eq!(report.breakers[0].stats.openings, 1);

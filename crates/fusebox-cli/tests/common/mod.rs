@@ -1,5 +1,5 @@
-//! Helpers for the `fusebox` binary's tests: run it, and give each test its own scratch
-//! directory.
+//! Helpers for the `fusebox` binary's tests: run it, check what it printed and wrote, and
+//! give each test its own scratch directory.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -26,6 +26,58 @@ pub fn fusebox(dir: &Path, args: &[&str]) -> Run {
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// Runs `fusebox replay --config CONFIG --calls CALLS` followed by `extra` in `dir`.
+pub fn run_replay(dir: &Path, config: &str, calls: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["replay", "--config", config, "--calls", calls];
+    args.extend_from_slice(extra);
+    fusebox(dir, &args)
+}
+
+impl Run {
+    /// Asserts the exit code, showing both streams if it is another.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code, code,
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// Asserts that standard output holds each of `parts`, showing it if not.
+    #[track_caller]
+    pub fn assert_stdout(&self, parts: &[&str]) -> &Self {
+        for part in parts {
+            assert!(
+                self.stdout.contains(part),
+                "expected {part:?} in:\n{}",
+                self.stdout
+            );
+        }
+        self
+    }
+
+    /// Asserts a mistake in what the user gave: exit code 2, `expected` in the message on
+    /// standard error, and no panic.
+    #[track_caller]
+    pub fn assert_input_error(&self, expected: &str) {
+        self.assert_code(2);
+        assert!(
+            self.stderr.contains(expected),
+            "expected {expected:?} in:\n{}",
+            self.stderr
+        );
+        assert!(!self.stderr.contains("panicked"), "{}", self.stderr);
+    }
+}
+
+/// The JSON file `dir/name` (a report the binary wrote).
+pub fn read_json(dir: &Path, name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(dir.join(name)).expect("the report was written");
+    serde_json::from_str(&text).expect("the report is JSON")
 }
 
 /// A fresh scratch directory for one test.
