@@ -158,6 +158,8 @@ struct Shard<K, C, St> {
     map: HashMap<K, Slot<C, St>>,
     /// How many keys the shard has made: the clock of [`Slot::used`].
     tick: u64,
+    /// Where the next search for a key to evict starts, in the map's iteration order.
+    hand: usize,
     last_sweep: Nanos,
     lookups: u32,
     /// Serves new keys while none of the keys held can make room for them.
@@ -177,6 +179,7 @@ impl<K: Hash + Eq + Clone, C, St: Store> Shard<K, C, St> {
         Shard {
             map: HashMap::new(),
             tick: 0,
+            hand: 0,
             last_sweep: now,
             lookups: 0,
             overflow: None,
@@ -191,33 +194,42 @@ impl<K: Hash + Eq + Clone, C, St: Store> Shard<K, C, St> {
         });
     }
 
-    /// Evicts one key to make room for a new one: the first closed breaker with no call in
-    /// flight that is idle (unused since the last sweep, or during the last `old_enough`
-    /// new keys), else the least recently used closed one with no call in flight. Returns
-    /// whether a key went; breakers in any other state are never evicted here.
+    /// Evicts one key to make room for a new one: the first closed breaker not in use that
+    /// is idle (unused since the last sweep, or during the last `old_enough` new keys), else
+    /// the least recently used closed one not in use. Returns whether a key went; breakers
+    /// in any other state are never evicted here.
+    ///
+    /// A clock hand: the search starts where the previous one evicted, in the map's
+    /// iteration order (stable but for the map's rare rehashes), so that every key is
+    /// looked at in turn; searches always starting at the first entry would evict only
+    /// the keys that happen to sit early in the table and never reach idle keys later in it.
     fn make_room(&mut self, old_enough: u64) -> bool {
-        let mut best: Option<(&K, u64)> = None;
-        for (key, slot) in &self.map {
+        let start = self.hand % self.map.len().max(1);
+        let entries = self.map.iter().enumerate();
+        let mut best: Option<(usize, &K, u64)> = None;
+        for (i, (key, slot)) in entries.clone().skip(start).chain(entries.take(start)) {
             if in_use(&slot.breaker) {
                 continue;
             }
             let age = self.tick.saturating_sub(slot.used);
             let idle = age >= old_enough || !slot.breaker.touched.load(Ordering::Relaxed);
             // The state costs a lock to read: only for a key that would be chosen.
-            if (!idle && best.is_some_and(|(_, oldest)| oldest >= age))
+            if (!idle && best.is_some_and(|(_, _, oldest)| oldest >= age))
                 || slot.breaker.store.snapshot().state != State::Closed
             {
                 continue;
             }
-            best = Some((key, age));
+            best = Some((i, key, age));
             if idle {
                 break;
             }
         }
-        let Some((key, _)) = best else {
+        let Some((i, key, _)) = best else {
             return false;
         };
         let key = key.clone();
+        // The entries after the evicted one move up by one: the hand points at the next.
+        self.hand = i;
         self.map.remove(&key).is_some()
     }
 }
@@ -658,5 +670,399 @@ impl<K: 'static> KeyedBreakerHandle<K> {
     /// Every event of every key from now on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.keys.events().subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Eviction on paused time: which keys go to make room, which stay, and what serves a
+    //! new key when none can go.
+
+    use super::*;
+    use crate::store::InMemory;
+    use crate::{CircuitBreakerConfig, CircuitBreakerLayer};
+    use bytes::Bytes;
+    use fusebox_classify::StandardClassifier;
+    use fusebox_classify::error::CircuitOpen;
+    use http::StatusCode;
+    use http_body_util::Empty;
+    use std::collections::HashSet;
+    use std::convert::Infallible;
+    use std::sync::atomic::AtomicUsize;
+    use tower::ServiceExt;
+
+    /// Keys by path, and counts the breakers made for each key (`describe` is called once
+    /// per breaker made), so a test can tell a breaker kept from one evicted and made anew.
+    #[derive(Clone, Default)]
+    struct ByPath {
+        made: Arc<Mutex<HashMap<String, u32>>>,
+    }
+
+    impl ByPath {
+        fn made(&self, path: &str) -> u32 {
+            self.made.lock().unwrap().get(path).copied().unwrap_or(0)
+        }
+    }
+
+    impl KeyFn for ByPath {
+        type Key = String;
+
+        fn key(&self, head: &RequestHead<'_>) -> String {
+            head.uri().path().to_owned()
+        }
+
+        fn describe(&self, key: &String, _head: &RequestHead<'_>) -> Arc<str> {
+            *self.made.lock().unwrap().entry(key.clone()).or_default() += 1;
+            Arc::from(key.as_str())
+        }
+    }
+
+    /// Opens after 4 calls at 50 % failures, stays open 10 s (no jitter).
+    fn config() -> CircuitBreakerConfig {
+        CircuitBreakerConfig::builder("dep")
+            .count_window(10)
+            .minimum_calls(4)
+            .failure_rate_threshold(50)
+            .open_wait(Duration::from_secs(10))
+            .open_wait_jitter(Duration::ZERO)
+            .permitted_probes(2)
+            .seed(1)
+            .build()
+            .unwrap()
+    }
+
+    type Dep = tower::util::ServiceFn<
+        Box<
+            dyn FnMut(Request<()>) -> std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>>
+                + Send,
+        >,
+    >;
+
+    /// A dependency that fails paths starting with `/bad` (503) and answers 200 to the
+    /// rest, counting the calls to `/bad` paths that reached it.
+    fn dep() -> (Dep, Arc<AtomicUsize>) {
+        let bad = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&bad);
+        let f: Box<dyn FnMut(Request<()>) -> _ + Send> = Box::new(move |r: Request<()>| {
+            let code = if r.uri().path().starts_with("/bad") {
+                seen.fetch_add(1, Ordering::SeqCst);
+                503
+            } else {
+                200
+            };
+            let mut response = Response::new(Empty::new());
+            *response.status_mut() = StatusCode::from_u16(code).unwrap();
+            std::future::ready(Ok(response))
+        });
+        (tower::service_fn(f), bad)
+    }
+
+    type Svc = KeyedCircuitBreaker<Dep, ByPath, StandardClassifier, InMemory>;
+
+    fn keyed(max_keys: usize, idle: Duration) -> (Svc, KeyedBreakerHandle<String>, ByPath) {
+        let keys = ByPath::default();
+        let layer = CircuitBreakerLayer::builder(config())
+            .max_keys(max_keys)
+            .idle_timeout(idle)
+            .build_keyed(keys.clone())
+            .unwrap();
+        let handle = layer.handle();
+        (layer.layer(dep().0), handle, keys)
+    }
+
+    fn req(path: &str) -> Request<()> {
+        Request::get(path).body(()).unwrap()
+    }
+
+    async fn send(svc: &mut Svc, path: &str) -> Result<StatusCode, BoxError> {
+        Ok(svc.ready().await?.call(req(path)).await?.status())
+    }
+
+    fn state(handle: &KeyedBreakerHandle<String>, path: &str) -> Option<State> {
+        handle.get(&path.to_owned()).map(|h| h.state())
+    }
+
+    fn held(handle: &KeyedBreakerHandle<String>) -> HashSet<String> {
+        handle.keys().into_iter().collect()
+    }
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// The soak's report, reproduced: a full shard whose keys were all used since the last
+    /// sweep; the first new key cleared their marks and the second evicted every key not
+    /// used in between — the hot key's open breaker with them, replaced by a closed one.
+    #[tokio::test(start_paused = true)]
+    async fn a_hot_open_breaker_survives_new_keys_in_a_full_shard() {
+        let (dep, bad_calls) = dep();
+        let keys = ByPath::default();
+        let layer = CircuitBreakerLayer::builder(config())
+            .max_keys(64)
+            .idle_timeout(HOUR)
+            .build_keyed(keys.clone())
+            .unwrap();
+        let handle = layer.handle();
+        let mut svc = layer.layer(dep);
+        for _ in 0..4 {
+            assert_eq!(
+                send(&mut svc, "/bad-hot").await.unwrap(),
+                StatusCode::SERVICE_UNAVAILABLE
+            );
+        }
+        assert_eq!(state(&handle, "/bad-hot"), Some(State::Open));
+        for i in 0..63 {
+            assert_eq!(
+                send(&mut svc, &format!("/churn/{i}")).await.unwrap(),
+                StatusCode::OK
+            );
+        }
+        assert_eq!(handle.len(), 64);
+        let rejected = send(&mut svc, "/bad-hot").await.unwrap_err();
+        assert!(rejected.is::<CircuitOpen>());
+
+        send(&mut svc, "/new-a").await.unwrap();
+        assert_eq!(state(&handle, "/bad-hot"), Some(State::Open));
+        assert_eq!(handle.len(), 64);
+        send(&mut svc, "/new-b").await.unwrap();
+        assert_eq!(state(&handle, "/bad-hot"), Some(State::Open));
+        assert_eq!(
+            handle.len(),
+            64,
+            "one key evicted per new key, not the shard"
+        );
+        assert!(held(&handle).contains("/new-a"));
+
+        // Thousands more new keys, the hot key rejected now and then: still the same
+        // breaker, still open, and the dependency saw only the 4 calls that opened it.
+        for i in 0..5_000 {
+            send(&mut svc, &format!("/more/{i}")).await.unwrap();
+            if i % 100 == 0 {
+                assert!(send(&mut svc, "/bad-hot").await.is_err());
+            }
+            assert!(handle.len() <= 64);
+        }
+        assert_eq!(state(&handle, "/bad-hot"), Some(State::Open));
+        assert_eq!(
+            keys.made("/bad-hot"),
+            1,
+            "the hot key's breaker was never made anew"
+        );
+        assert_eq!(bad_calls.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_new_keys_evicts_one_key_each() {
+        // One shard of 64.
+        let (mut svc, handle, _) = keyed(64, HOUR);
+        for round in 0..2 {
+            for i in 0..64 {
+                send(&mut svc, &format!("/old/{i}")).await.unwrap();
+            }
+            assert_eq!(handle.len(), 64, "round {round}");
+        }
+        for i in 0..10 {
+            send(&mut svc, &format!("/new/{i}")).await.unwrap();
+        }
+        let keys = held(&handle);
+        assert_eq!(keys.len(), 64);
+        assert_eq!(keys.iter().filter(|k| k.starts_with("/old/")).count(), 54);
+        assert_eq!(keys.iter().filter(|k| k.starts_with("/new/")).count(), 10);
+
+        // Sixteen shards of 64: each full, then a burst across them.
+        let (mut svc, handle, _) = keyed(1024, HOUR);
+        for i in 0..4096 {
+            send(&mut svc, &format!("/fill/{i}")).await.unwrap();
+        }
+        assert_eq!(handle.len(), 1024);
+        for i in 0..100 {
+            send(&mut svc, &format!("/burst/{i}")).await.unwrap();
+        }
+        let keys = held(&handle);
+        assert_eq!(keys.len(), 1024);
+        assert_eq!(keys.iter().filter(|k| k.starts_with("/fill/")).count(), 924);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_least_recently_used_closed_key_goes_first() {
+        let (mut svc, handle, keys) = keyed(64, HOUR);
+        for i in 0..64 {
+            send(&mut svc, &format!("/k/{i}")).await.unwrap();
+        }
+        // A closed key in constant use outlives churn many times the cap.
+        for i in 0..5_000 {
+            send(&mut svc, "/warm").await.unwrap();
+            send(&mut svc, &format!("/churn/{i}")).await.unwrap();
+            assert!(handle.len() <= 64);
+        }
+        assert_eq!(keys.made("/warm"), 1);
+        let window = handle.get(&"/warm".to_owned()).unwrap().snapshot().window;
+        assert_eq!(window.calls, 10, "its window kept its calls");
+        // The oldest keys went first: none of the first 64 is left.
+        assert!(held(&handle).iter().all(|k| !k.starts_with("/k/")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn open_and_operator_held_breakers_are_never_evicted_to_make_room() {
+        let (mut svc, handle, keys) = keyed(64, HOUR);
+        for _ in 0..4 {
+            send(&mut svc, "/bad-a").await.unwrap();
+        }
+        send(&mut svc, "/forced").await.unwrap();
+        handle.get(&"/forced".to_owned()).unwrap().force_open();
+        send(&mut svc, "/disabled").await.unwrap();
+        handle.get(&"/disabled".to_owned()).unwrap().disable();
+        // Half-open, with a probe out.
+        for _ in 0..4 {
+            send(&mut svc, "/bad-b").await.unwrap();
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let probe = svc.ready().await.unwrap().call(req("/bad-b"));
+        assert_eq!(state(&handle, "/bad-b"), Some(State::HalfOpen));
+
+        // None of them is used again while 50 x the cap in new keys pass.
+        for i in 0..3_200 {
+            send(&mut svc, &format!("/churn/{i}")).await.unwrap();
+            assert!(handle.len() <= 64);
+        }
+        assert_eq!(state(&handle, "/bad-a"), Some(State::Open));
+        assert_eq!(state(&handle, "/forced"), Some(State::ForcedOpen));
+        assert_eq!(state(&handle, "/disabled"), Some(State::Disabled));
+        assert_eq!(state(&handle, "/bad-b"), Some(State::HalfOpen));
+        for key in ["/bad-a", "/forced", "/disabled", "/bad-b"] {
+            assert_eq!(keys.made(key), 1, "{key} was made anew");
+        }
+        // The probe fails: the same breaker re-opens.
+        assert_eq!(
+            probe.await.unwrap().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(state(&handle, "/bad-b"), Some(State::Open));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_keys_are_forgotten_after_one_to_two_idle_timeouts() {
+        let idle = Duration::from_secs(60);
+        let step = Duration::from_secs(61);
+        let (mut svc, handle, _) = keyed(64, idle);
+        send(&mut svc, "/a").await.unwrap();
+        send(&mut svc, "/b").await.unwrap();
+        for _ in 0..4 {
+            send(&mut svc, "/bad").await.unwrap();
+        }
+        assert_eq!(state(&handle, "/bad"), Some(State::Open));
+
+        // One idle timeout on: every key was used since the last sweep; all stay.
+        tokio::time::advance(step).await;
+        send(&mut svc, "/c").await.unwrap();
+        assert_eq!(held(&handle), set_of(&["/a", "/b", "/bad", "/c"]));
+        send(&mut svc, "/a").await.unwrap();
+
+        // Two on: the keys unused for a whole idle timeout go, whatever their state.
+        tokio::time::advance(step).await;
+        send(&mut svc, "/d").await.unwrap();
+        assert_eq!(held(&handle), set_of(&["/a", "/c", "/d"]));
+
+        tokio::time::advance(step).await;
+        send(&mut svc, "/e").await.unwrap();
+        assert_eq!(held(&handle), set_of(&["/d", "/e"]));
+
+        // Without new keys, the shard checks whether a sweep is due every 1024 lookups.
+        tokio::time::advance(step).await;
+        for _ in 0..SWEEP_CHECK_EVERY {
+            send(&mut svc, "/e").await.unwrap();
+        }
+        assert_eq!(held(&handle), set_of(&["/e"]));
+
+        // Within one idle timeout nothing goes, used or not.
+        tokio::time::advance(Duration::from_secs(30)).await;
+        send(&mut svc, "/f").await.unwrap();
+        tokio::time::advance(Duration::from_secs(29)).await;
+        send(&mut svc, "/g").await.unwrap();
+        assert_eq!(held(&handle), set_of(&["/e", "/f", "/g"]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_shard_of_breakers_that_must_stay_serves_new_keys_through_its_overflow_breaker()
+    {
+        let (dep, bad_calls) = dep();
+        let layer = CircuitBreakerLayer::builder(config())
+            .max_keys(4)
+            .idle_timeout(HOUR)
+            .build_keyed(ByPath::default())
+            .unwrap();
+        let handle = layer.handle();
+        let mut svc = layer.layer(dep);
+        for k in 0..4 {
+            for _ in 0..4 {
+                send(&mut svc, &format!("/bad-{k}")).await.unwrap();
+            }
+        }
+        let open = set_of(&["/bad-0", "/bad-1", "/bad-2", "/bad-3"]);
+        assert_eq!(held(&handle), open);
+        assert!(handle.overflow().is_empty(), "made on first need");
+
+        // A healthy new key is served, not kept; the open breakers stay.
+        assert_eq!(send(&mut svc, "/x").await.unwrap(), StatusCode::OK);
+        assert_eq!(held(&handle), open);
+        assert!(open.iter().all(|k| state(&handle, k) == Some(State::Open)));
+        let overflow = handle.overflow();
+        assert_eq!(overflow.len(), 1);
+        assert_eq!(
+            overflow[0].key(),
+            Some(KeyedBreakerHandle::<String>::OVERFLOW_KEY)
+        );
+        assert_eq!(overflow[0].snapshot().window.calls, 1);
+        drop(overflow);
+
+        // New keys that fail open the overflow breaker, which then protects every new key.
+        // (1 success and 3 failures: 75 % of 4 calls.)
+        for i in 0..3 {
+            send(&mut svc, &format!("/bad-new-{i}")).await.unwrap();
+        }
+        assert_eq!(handle.overflow()[0].state(), State::Open);
+        assert_eq!(bad_calls.load(Ordering::SeqCst), 19);
+        let err = send(&mut svc, "/y").await.unwrap_err();
+        let open_err = err.downcast_ref::<CircuitOpen>().unwrap();
+        assert_eq!(open_err.key(), Some("(overflow)"));
+        assert_eq!(held(&handle), open);
+
+        // Orders for all reach it; a key that closes makes room again.
+        handle.reset_all();
+        assert_eq!(handle.overflow()[0].state(), State::Closed);
+        handle.force_open_all();
+        assert_eq!(handle.overflow()[0].state(), State::ForcedOpen);
+        assert!(send(&mut svc, "/y").await.is_err());
+        handle.get(&"/bad-0".to_owned()).unwrap().reset();
+        assert_eq!(send(&mut svc, "/z").await.unwrap(), StatusCode::OK);
+        assert_eq!(held(&handle), set_of(&["/z", "/bad-1", "/bad-2", "/bad-3"]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn breakers_in_use_are_never_evicted_and_the_cap_holds() {
+        let (mut svc, handle, keys) = keyed(2, HOUR);
+        let a = svc.ready().await.unwrap().call(req("/a"));
+        let b = svc.ready().await.unwrap().call(req("/b"));
+        // Both in flight: a new key neither evicts them nor grows the map.
+        assert_eq!(send(&mut svc, "/c").await.unwrap(), StatusCode::OK);
+        assert_eq!(held(&handle), set_of(&["/a", "/b"]));
+        // A handle held by an operator counts as in use too.
+        assert_eq!(a.await.unwrap().status(), StatusCode::OK);
+        let pinned = handle.get(&"/a".to_owned()).unwrap();
+        send(&mut svc, "/d").await.unwrap();
+        assert_eq!(held(&handle), set_of(&["/a", "/b"]));
+        drop(pinned);
+        send(&mut svc, "/e").await.unwrap();
+        assert_eq!(held(&handle), set_of(&["/b", "/e"]));
+        assert_eq!(b.await.unwrap().status(), StatusCode::OK);
+        assert_eq!(keys.made("/b"), 1);
+        // Idle sweeps spare them as well.
+        let c = svc.ready().await.unwrap().call(req("/e"));
+        tokio::time::advance(3 * HOUR).await;
+        send(&mut svc, "/f").await.unwrap();
+        assert!(held(&handle).contains("/e"));
+        drop(c);
+    }
+
+    fn set_of(keys: &[&str]) -> HashSet<String> {
+        keys.iter().map(|k| (*k).to_owned()).collect()
     }
 }
