@@ -46,8 +46,10 @@
 //!   transitions are counted per key and per phase by a listener on the policy's breaker
 //!   events. The keys held never exceed `max_keys` plus the calls in flight. A hot key
 //!   whose breaker was evicted and made anew (told by a second transition of the first
-//!   generation) is counted and reported, not failed: the keyed breaker may evict a closed
-//!   breaker by design, and one lost while open still has to re-open in its phase to pass.
+//!   generation) is counted and reported. One lost while open or half-open fails the run:
+//!   the keyed breaker never evicts a breaker that is not closed to make room, and a new
+//!   one would let calls through to the failing dependency. One lost while closed does not:
+//!   the keyed breaker may evict a closed breaker by design.
 //! - **No request lost or stuck**: every request issued ends, with a response or an error,
 //!   within its deadline plus `--grace` (time for timers and a loaded scheduler; the
 //!   policy itself enforces the deadline); issued equals completed; the in-flight counts
@@ -1204,10 +1206,17 @@ impl Finished<'_> {
                     "hot-{i}'s breaker is {} at the end of the run, after a healthy phase",
                     h.state()
                 )),
-                // Evicted while closed (a full shard with no idle key evicts a closed breaker
-                // with no call in flight): a missing breaker reads as closed.
+                // Evicted while closed (a full shard evicts its least recently used closed
+                // breaker with no call in flight): a missing breaker reads as closed.
                 Some(_) | None => {}
             }
+        }
+        let remade = cycles.remade();
+        if remade.open > 0 {
+            failures.push(format!(
+                "a hot key's breaker, in constant use, was evicted while open or half-open and made anew {} times: the new one let its calls through to the failing dependency",
+                remade.open
+            ));
         }
         if samples.max_keys_held > key_bound {
             failures.push(format!(
