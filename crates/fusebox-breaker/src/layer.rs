@@ -127,8 +127,11 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
         self
     }
 
-    /// For keyed breakers: the most keys kept at once (default 10,000). Past it, idle keys
-    /// are evicted first, then closed ones not in use.
+    /// For keyed breakers: the most keys kept at once (default 10,000). Past it, a new key
+    /// makes room by evicting one CLOSED breaker not in use (the least recently used);
+    /// open, half-open and operator-held breakers are never evicted to make room. When
+    /// nothing can go, the new key's calls share its shard's overflow breaker
+    /// ([`KeyedBreakerHandle::OVERFLOW_KEY`](crate::KeyedBreakerHandle::OVERFLOW_KEY)).
     pub fn max_keys(mut self, max: usize) -> Self {
         self.max_keys = max;
         self
