@@ -24,10 +24,6 @@ const CAP: usize = 10_000;
 /// The target of issue 8.
 const TARGET_BYTES_PER_KEY: f64 = 512.0;
 
-/// What a key costs today (740 B measured: see docs/performance.md), with a little room:
-/// a change that makes each key's breaker larger fails here.
-const CEILING_BYTES_PER_KEY: f64 = 760.0;
-
 fn measured_bytes_per_key() -> f64 {
     let rt = alloc::runtime();
     let m = bytes_per_key(GLOBAL, &rt, WINDOW, 10_000);
@@ -68,25 +64,14 @@ fn memory_stays_flat_while_keys_churn_past_the_cap() {
         .last()
         .map_or(0.0, |s| s.live as f64 / s.keys_held.max(1) as f64);
     assert!(
-        per_key_now <= CEILING_BYTES_PER_KEY * 1.5,
+        per_key_now <= TARGET_BYTES_PER_KEY * 1.5,
         "{per_key_now:.0} live bytes per key held at the end of the churn"
     );
 }
 
+/// 433 B measured (docs/performance.md): a change that makes each key's breaker larger
+/// than the target fails here.
 #[test]
-fn bytes_per_key_stay_under_todays_ceiling() {
-    let _one = MEASURING.lock().unwrap_or_else(PoisonError::into_inner);
-    let per_key = measured_bytes_per_key();
-    assert!(
-        per_key <= CEILING_BYTES_PER_KEY,
-        "{per_key:.1} live bytes per key at a count window of {WINDOW} (ceiling {CEILING_BYTES_PER_KEY})"
-    );
-}
-
-/// Fails today: each key's `Arc<Breaker>` is 640 bytes because `MemoryStore` keeps its hot
-/// word on a 128-byte-aligned line of its own (store.rs); see docs/performance.md.
-#[test]
-#[ignore = "missed target: 740 B per key until MemoryStore's 128-byte alignment is dropped for keyed stores (store.rs)"]
 fn bytes_per_key_at_a_count_window_of_100_are_at_most_512() {
     let _one = MEASURING.lock().unwrap_or_else(PoisonError::into_inner);
     let per_key = measured_bytes_per_key();

@@ -100,11 +100,14 @@ fn pack(state: State, generation: u64) -> u64 {
 }
 
 /// What a healthy call reads: the state and generation, and whether the window is clean.
-/// Aligned to its own cache lines (a pair of them: some CPUs prefetch lines in pairs) so that
-/// writes nearby — the lock, the machine, a reference count — never evict it from the
-/// caches of the cores that read it on every call. It is written only on a transition or
-/// when the window turns clean or dirty.
-#[repr(align(128))]
+/// Written only on a transition or when the window turns clean or dirty, so the line it
+/// lies on stays shared in the caches of every core that reads it per call.
+///
+/// It is not padded to a cache line of its own: nothing else in the store is written on a
+/// healthy call of a count window (the lock and the machine are touched only off the fast
+/// path, and the calls' reference counts are on per-thread leases — or, for a keyed
+/// breaker, on the key's own `Arc`, which its calls write anyway). Padding would cost a
+/// keyed breaker over 300 bytes per key (benches/benches/keyed_memory.rs: 753 → 433).
 struct Hot {
     word: AtomicU64,
     clean: AtomicBool,
