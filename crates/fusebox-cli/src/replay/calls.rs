@@ -26,7 +26,14 @@
 //!
 //! One object per line with the same fields: `{"timestamp": "2024-05-01T12:00:00.120Z",
 //! "route": "GET /orders/{id}", "status": 200, "latency_ms": 12.5}`; `"error": "timeout"`
-//! in place of `status`. Other fields are ignored.
+//! in place of `status` (an error kind is read only when there is no status). `null` is
+//! the same as leaving a field out. Other fields are ignored.
+//!
+//! Lines as one serializer writes them — flat, no escapes, numbers without sign or
+//! exponent — are read in place in one pass: keys compared with the names above as
+//! constants, timestamps in the minute of the line before read by their seconds, statuses
+//! and latencies parsed where they stand, the line's end found by the object's end. Any
+//! other line goes to a full JSON parser, which reads it to the same call.
 //!
 //! # Values
 //!
