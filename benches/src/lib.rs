@@ -65,7 +65,7 @@ pub fn two_workers() -> Runtime {
 }
 
 /// `iters` calls by one task on the current-thread runtime `rt`: wall time, or the
-/// process's CPU time when [`cpu_time`] is on.
+/// process's CPU time when [`cpu_time()`] is on.
 pub fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
     let mut client = client.clone();
     rt.block_on(async move {
@@ -81,7 +81,7 @@ pub fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
 
 /// `iters` calls split between two tasks on the two-worker runtime `rt`, started together:
 /// the wall time from the first start to the last end (or the process's CPU time when
-/// [`cpu_time`] is on). The blocking barrier holds the first task's worker until the second
+/// [`cpu_time()`] is on). The blocking barrier holds the first task's worker until the second
 /// task runs on the other worker, so the two really run in parallel.
 pub fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
     let cpu = cpu_time().then(ProcessTime::now);
