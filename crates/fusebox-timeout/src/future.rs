@@ -18,28 +18,66 @@ use tokio::time::{Instant, Sleep};
 /// The response future of [`Timeout`](crate::Timeout): the inner call raced against its
 /// timer.
 ///
-/// Its timer is a [`Sleep`] pinned inside it: nothing is boxed. Fails with [`Elapsed`]
-/// when the timer fires first, and with [`DeadlineExceeded`] at once when the caller's
-/// deadline had passed before the call (the inner service was not called: no inner
-/// future).
+/// Its timer is a [`Sleep`] pinned inside it: nothing is boxed. The `Sleep` is made only
+/// when the inner call first returns `Pending`, for the instant fixed when the call was
+/// made: a call that answers on its first poll (a handler that answers at once, a cached
+/// response) never makes one — making one clones tokio's runtime handle, an atomic
+/// increment and decrement on a count every thread shares. Fails with [`Elapsed`] when the
+/// timer fires first, and with [`DeadlineExceeded`] at once when the caller's deadline had
+/// passed before the call (the inner service was not called: no inner future).
 #[pin_project]
 #[derive(Debug)]
 pub struct ResponseFuture<F> {
     #[pin]
     inner: Option<F>,
     #[pin]
-    sleep: Sleep,
+    timer: Timer,
     route: Arc<Lease<str>>,
     limit: Duration,
 }
 
+/// The timer of a call: when it fires, then the `Sleep` armed for that instant.
+#[pin_project(project = TimerProj)]
+#[derive(Debug)]
+enum Timer {
+    /// Not armed yet: the call has not been pending.
+    At(Instant),
+    /// Armed.
+    Armed(#[pin] Sleep),
+}
+
+impl Timer {
+    /// `timeout` from now; a timeout too long to add fires never (in practice).
+    #[inline]
+    fn after(timeout: Duration) -> Timer {
+        let now = Instant::now();
+        Timer::At(
+            now.checked_add(timeout)
+                .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30)),
+        )
+    }
+
+    /// Polls the timer, arming it first if needed.
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if let TimerProj::At(at) = self.as_mut().project() {
+            let at = *at;
+            self.set(Timer::Armed(tokio::time::sleep_until(at)));
+        }
+        match self.project() {
+            TimerProj::Armed(sleep) => sleep.poll(cx),
+            TimerProj::At(_) => Poll::Pending,
+        }
+    }
+}
+
 impl<F> ResponseFuture<F> {
-    /// A call bounded by `timeout` from now (the timer is built in place).
+    /// A call bounded by `timeout` from now.
     #[inline]
     pub(crate) fn new(inner: F, route: Arc<Lease<str>>, timeout: Duration) -> Self {
         ResponseFuture {
             inner: Some(inner),
-            sleep: tokio::time::sleep(timeout),
+            timer: Timer::after(timeout),
             route,
             limit: timeout,
         }
@@ -49,7 +87,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn until(inner: F, route: Arc<Lease<str>>, until: Instant, limit: Duration) -> Self {
         ResponseFuture {
             inner: Some(inner),
-            sleep: tokio::time::sleep_until(until),
+            timer: Timer::At(until),
             route,
             limit,
         }
@@ -59,7 +97,7 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn expired(route: Arc<Lease<str>>, deadline: Instant) -> Self {
         ResponseFuture {
             inner: None,
-            sleep: tokio::time::sleep_until(deadline),
+            timer: Timer::At(deadline),
             route,
             limit: Duration::ZERO,
         }
@@ -79,12 +117,12 @@ where
             return Poll::Ready(Err(Box::new(DeadlineExceeded::new())));
         };
         // The call first, as tower's Timeout does: a response that is ready is returned
-        // even if the timer is due, and the timer is never registered with the driver
-        // for a call that completes on its first poll.
+        // even if the timer is due, and a call that completes on its first poll never
+        // arms a timer.
         if let Poll::Ready(result) = inner.poll(cx) {
             return Poll::Ready(result.map_err(Into::into));
         }
-        ready!(this.sleep.poll(cx));
+        ready!(this.timer.poll(cx));
         let route = this.route.shared();
         telemetry::elapsed(route, *this.limit, Phase::Headers);
         Poll::Ready(Err(Box::new(Elapsed::new(Arc::clone(route), *this.limit))))
