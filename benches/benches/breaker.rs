@@ -18,8 +18,10 @@
 //!   a two-worker multi-thread runtime. They start together behind a barrier; the figure is
 //!   the wall time from the first start to the last finish divided by the calls of both.
 //!
-//! and a third, `breaker_open`: a call rejected by a forced-open fusebox breaker next to a
-//! healthy call through the same kind of breaker.
+//! and a third, `breaker_open`: a healthy call through a fusebox breaker next to a call
+//! rejected by the same kind of breaker held open by an operator (`fusebox_open_reject`)
+//! and by one that tripped on failures and is waiting out its open wait
+//! (`fusebox_tripped_reject`: it reads the clock to tell whether the wait is over).
 //!
 //! Runtimes are built once, outside the measurement (`iter_custom`). With
 //! `FUSEBOX_BENCH_CPU_TIME=1` in the environment the figures are the process's CPU time per
@@ -313,7 +315,8 @@ fn two_tasks_group(c: &mut Criterion) {
     scenario(c, "breaker_2_tasks", &two_workers(), Tasks::Two);
 }
 
-/// A rejection while forced open, next to a healthy call, one task.
+/// A rejection while forced open, and while open after tripping, next to a healthy call,
+/// one task.
 fn open_group(c: &mut Criterion) {
     let rt = current_thread();
     let _guard = rt.enter();
@@ -321,6 +324,28 @@ fn open_group(c: &mut Criterion) {
     let open_layer = fusebox_count();
     open_layer.handle().force_open();
     let open = warmed(&rt, Tower(open_layer.layer(bare())));
+    // Trips on the warm-up's 503s, then stays open for five minutes: every measured call is
+    // rejected inside the open wait.
+    let tripped_layer = CircuitBreakerLayer::new(
+        CircuitBreakerConfig::builder("bench")
+            .count_window(100)
+            .minimum_calls(100)
+            .failure_rate_threshold(50)
+            .open_wait(Duration::from_secs(300))
+            .build()
+            .expect("a valid breaker config"),
+    );
+    let failing = tower::service_fn(|_: Request<()>| async {
+        let mut response = Response::new(Empty::<Bytes>::new());
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        Ok::<_, Infallible>(response)
+    });
+    let tripped = warmed(&rt, Tower(tripped_layer.layer(failing)));
+    assert_eq!(
+        tripped_layer.handle().state(),
+        fusebox_breaker::State::Open,
+        "the warm-up tripped the breaker"
+    );
 
     let mut g = c.benchmark_group(group_name("breaker_open"));
     g.bench_function("fusebox_closed_healthy", |b| {
@@ -328,6 +353,9 @@ fn open_group(c: &mut Criterion) {
     });
     g.bench_function("fusebox_open_reject", |b| {
         b.iter_custom(|iters| one_task(&rt, &open, iters))
+    });
+    g.bench_function("fusebox_tripped_reject", |b| {
+        b.iter_custom(|iters| one_task(&rt, &tripped, iters))
     });
     g.finish();
 }

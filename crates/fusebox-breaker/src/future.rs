@@ -31,7 +31,8 @@ enum Kind<F, C: Classifier, St: Store> {
         guard: Option<Guard<C, St>>,
     },
     Rejected {
-        error: CircuitOpen,
+        /// Taken by the poll that returns it.
+        error: Option<CircuitOpen>,
     },
 }
 
@@ -62,7 +63,7 @@ impl<F, C: Classifier, St: Store> ResponseFuture<F, C, St> {
 
     pub(crate) fn rejected(error: CircuitOpen) -> Self {
         ResponseFuture {
-            kind: Kind::Rejected { error },
+            kind: Kind::Rejected { error: Some(error) },
         }
     }
 }
@@ -79,7 +80,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Rejected { error } => Poll::Ready(Err(Box::new(error.clone()))),
+            KindProj::Rejected { error } => match error.take() {
+                Some(error) => Poll::Ready(Err(Box::new(error))),
+                None => panic!("fusebox_breaker::ResponseFuture polled after completion"),
+            },
             KindProj::Called { future, guard } => {
                 let result = ready!(future.poll(cx));
                 // The healthy path classifies the response where it lies and moves it only

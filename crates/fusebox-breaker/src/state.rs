@@ -320,6 +320,11 @@ impl Machine {
     }
 
     /// Whether a fast success recorded now would change nothing.
+    /// While OPEN: when the open wait ends.
+    pub(crate) fn open_until(&self) -> Nanos {
+        self.open_until
+    }
+
     pub(crate) fn is_clean(&self) -> bool {
         matches!(self.state, State::Closed | State::MetricsOnly)
             && self.window.is_clean()

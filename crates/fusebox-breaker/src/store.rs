@@ -23,6 +23,7 @@ use fusebox_classify::{Clock, Nanos};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// Where one breaker's state lives.
 pub trait Store: Send + Sync + 'static {
@@ -111,11 +112,16 @@ fn pack(state: State, generation: u64) -> u64 {
 struct Hot {
     word: AtomicU64,
     clean: AtomicBool,
+    /// While OPEN: when the open wait ends (`Nanos` of the store's clock), so that a call
+    /// rejected in the wait is answered without the lock.
+    open_until: AtomicU64,
 }
 
 /// A breaker's state in this process.
 pub struct MemoryStore {
     hot: Hot,
+    /// What a call rejected while FORCED_OPEN is told to wait: the configured open wait.
+    forced_retry_after: Duration,
     machine: Mutex<Machine>,
     timed: bool,
     clock: Clock,
@@ -138,11 +144,14 @@ impl MemoryStore {
     /// A store in CLOSED with an empty window.
     pub fn new(spec: StoreSpec) -> Self {
         let timed = matches!(spec.config.window, crate::config::WindowConfig::Time { .. });
+        let forced_retry_after = spec.config.open_wait;
         let machine = Machine::new(spec.config, spec.clock.now());
         MemoryStore {
+            forced_retry_after,
             hot: Hot {
                 word: AtomicU64::new(pack(State::Closed, 0)),
                 clean: AtomicBool::new(false),
+                open_until: AtomicU64::new(0),
             },
             machine: Mutex::new(machine),
             timed,
@@ -163,6 +172,14 @@ impl MemoryStore {
     /// even of the same value, takes it away from every core that reads it per call.
     fn publish(&self, m: &Machine) {
         let word = pack(m.state(), m.generation());
+        // Before the word: a reader that sees OPEN in the word sees this open wait's end
+        // (or a later one's).
+        if m.state() == State::Open {
+            let until = m.open_until().0;
+            if self.hot.open_until.load(Ordering::Relaxed) != until {
+                self.hot.open_until.store(until, Ordering::Release);
+            }
+        }
         if self.hot.word.load(Ordering::Relaxed) != word {
             self.hot.word.store(word, Ordering::Release);
         }
@@ -227,6 +244,27 @@ impl Store for MemoryStore {
                 PermitKind::Counted
             };
             return Ok(Permit::new(word >> STATE_BITS, kind));
+        }
+        if state == State::ForcedOpen {
+            // Held open by an operator: nothing to check, nothing to lock.
+            self.events.rejected();
+            return Err(Rejected {
+                retry_after: self.forced_retry_after,
+                half_open: false,
+            });
+        }
+        if state == State::Open {
+            // Inside the open wait: rejected from the hot line, without the lock. Past it,
+            // the slow path moves the breaker to HALF_OPEN.
+            let now = self.clock.now();
+            let until = Nanos(self.hot.open_until.load(Ordering::Acquire));
+            if now < until {
+                self.events.rejected();
+                return Err(Rejected {
+                    retry_after: until.since(now),
+                    half_open: false,
+                });
+            }
         }
         self.acquire_slow()
     }
