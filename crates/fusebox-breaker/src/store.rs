@@ -189,6 +189,36 @@ impl MemoryStore {
         }
     }
 
+    /// Admission when the breaker is not admitting freely: a rejection answered from the
+    /// hot line when it can be (forced open; open and inside the wait), else the locked
+    /// path. Out of line, so that the healthy path's `acquire` stays small enough to
+    /// inline.
+    #[inline(never)]
+    fn acquire_not_closed(&self, state: State) -> Result<Permit, Rejected> {
+        if state == State::ForcedOpen {
+            // Held open by an operator: nothing to check, nothing to lock.
+            self.events.rejected();
+            return Err(Rejected {
+                retry_after: self.forced_retry_after,
+                half_open: false,
+            });
+        }
+        if state == State::Open {
+            // Inside the open wait: rejected from the hot line, without the lock. Past it,
+            // the slow path moves the breaker to HALF_OPEN.
+            let now = self.clock.now();
+            let until = Nanos(self.hot.open_until.load(Ordering::Acquire));
+            if now < until {
+                self.events.rejected();
+                return Err(Rejected {
+                    retry_after: until.since(now),
+                    half_open: false,
+                });
+            }
+        }
+        self.acquire_slow()
+    }
+
     #[cold]
     fn acquire_slow(&self) -> Result<Permit, Rejected> {
         let now = self.clock.now();
@@ -245,28 +275,7 @@ impl Store for MemoryStore {
             };
             return Ok(Permit::new(word >> STATE_BITS, kind));
         }
-        if state == State::ForcedOpen {
-            // Held open by an operator: nothing to check, nothing to lock.
-            self.events.rejected();
-            return Err(Rejected {
-                retry_after: self.forced_retry_after,
-                half_open: false,
-            });
-        }
-        if state == State::Open {
-            // Inside the open wait: rejected from the hot line, without the lock. Past it,
-            // the slow path moves the breaker to HALF_OPEN.
-            let now = self.clock.now();
-            let until = Nanos(self.hot.open_until.load(Ordering::Acquire));
-            if now < until {
-                self.events.rejected();
-                return Err(Rejected {
-                    retry_after: until.since(now),
-                    half_open: false,
-                });
-            }
-        }
-        self.acquire_slow()
+        self.acquire_not_closed(state)
     }
 
     #[inline]
