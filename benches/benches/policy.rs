@@ -26,64 +26,14 @@ use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
 use fusebox::retry::ReplayBody;
 use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
+use fusebox_benches::services::{TowerRetryPolicy, URI, ready_ok};
 use fusebox_benches::thread_cpu_time;
-use http::{Request, Response, Uri};
+use http::{Request, Uri};
 use http_body_util::Empty;
-use std::convert::Infallible;
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::Runtime;
-use tower::retry::budget::{Budget, TpsBudget};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
-
-type Reply = Result<Response<Empty<Bytes>>, Infallible>;
-
-/// The bare service: answers 200 at once, allocates nothing.
-fn bare<B>() -> impl Service<
-    Request<B>,
-    Response = Response<Empty<Bytes>>,
-    Error = Infallible,
-    Future = std::future::Ready<Reply>,
-> + Clone
-+ Send
-+ Sync
-+ 'static {
-    tower::service_fn(|_: Request<B>| std::future::ready(Ok(Response::new(Empty::new()))))
-}
-
-/// tower's retry policy over a `TpsBudget`, as tower's documentation builds one.
-#[derive(Clone)]
-struct TowerPolicy {
-    budget: Arc<TpsBudget>,
-    attempts: usize,
-}
-
-impl<B: Clone, R, E> tower::retry::Policy<Request<B>, Response<R>, E> for TowerPolicy {
-    type Future = std::future::Ready<()>;
-
-    fn retry(
-        &mut self,
-        _request: &mut Request<B>,
-        result: &mut Result<Response<R>, E>,
-    ) -> Option<Self::Future> {
-        match result {
-            Ok(response) if !response.status().is_server_error() => {
-                self.budget.deposit();
-                None
-            }
-            _ if self.attempts > 0 && self.budget.withdraw() => {
-                self.attempts -= 1;
-                Some(std::future::ready(()))
-            }
-            _ => None,
-        }
-    }
-
-    fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
-        Some(request.clone())
-    }
-}
 
 fn breaker_config() -> CircuitBreakerConfig {
     CircuitBreakerConfig::builder("bench")
@@ -92,8 +42,6 @@ fn breaker_config() -> CircuitBreakerConfig {
         .build()
         .expect("a valid breaker config")
 }
-
-const URI: &str = "http://127.0.0.1:8080/users/42";
 
 /// The CPU time of `iters` calls of `service`, each with a fresh request. Thread CPU time,
 /// not wall time: a busy machine (other builds on two cores) deschedules the benchmark, and
@@ -134,17 +82,14 @@ fn policy(c: &mut Criterion) {
         .retry_budget(RetryConfig::builder().name("bench"))
         .build()
         .expect("a valid policy")
-        .layer(bare::<ReplayBody<Empty<Bytes>>>());
+        .layer(ready_ok::<ReplayBody<Empty<Bytes>>>());
 
     let tower_stack = ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(TowerPolicy {
-            budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2)),
-            attempts: 2,
-        }))
+        .layer(tower::retry::RetryLayer::new(TowerRetryPolicy::new()))
         .layer(CircuitBreakerLayer::new(breaker_config()))
         .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
         .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1)))
-        .service(bare::<Empty<Bytes>>());
+        .service(ready_ok::<Empty<Bytes>>());
 
     let resilience_stack = {
         use tower_resilience::bulkhead::BulkheadLayer;
@@ -154,7 +99,7 @@ fn policy(c: &mut Criterion) {
         let limited = TimeLimiterLayer::builder()
             .timeout_duration(Duration::from_secs(1))
             .build()
-            .layer(bare::<Empty<Bytes>>());
+            .layer(ready_ok::<Empty<Bytes>>());
         let bulkhead = BulkheadLayer::builder()
             .max_concurrent_calls(1000)
             .name("bench")
@@ -180,7 +125,7 @@ fn policy(c: &mut Criterion) {
     let alone = |b: fusebox::PolicyBuilder| {
         b.build()
             .expect("a valid policy")
-            .layer(bare::<ReplayBody<Empty<Bytes>>>())
+            .layer(ready_ok::<ReplayBody<Empty<Bytes>>>())
     };
     let layers = [
         ("no_layer", alone(Policy::builder("bench"))),
@@ -208,7 +153,7 @@ fn policy(c: &mut Criterion) {
     group.finish();
 
     let mut group = c.benchmark_group("policy");
-    let base = bare::<Empty<Bytes>>();
+    let base = ready_ok::<Empty<Bytes>>();
     group.bench_function("bare", |b| b.iter_custom(|iters| run(&rt, &base, iters)));
     group.bench_function("fusebox_policy", |b| {
         b.iter_custom(|iters| run(&rt, &fusebox_policy, iters))

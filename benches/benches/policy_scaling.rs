@@ -28,6 +28,7 @@
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fusebox::{CircuitBreakerConfig, Policy, PolicyBuilder, RetryConfig};
+use fusebox_benches::services::URI;
 use fusebox_benches::{Client, Tasks, current_thread, group_name, measure, one_task, two_workers};
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
@@ -52,8 +53,6 @@ fn bare<B>() -> impl Service<
 + 'static {
     tower::service_fn(|_: Request<B>| async { Ok(Response::new(Empty::new())) })
 }
-
-const URI: &str = "http://127.0.0.1:8080/users/42";
 
 /// Calls made before measuring: fills the breaker's window, grows lazy buffers.
 const WARM_UP_CALLS: u64 = 1_000;

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 pub mod histogram;
 pub mod keyed;
+pub mod services;
 
 pub use histogram::Histogram;
 

@@ -1,0 +1,80 @@
+//! The services and policies the client-side benches put at both ends of a stack: the bare
+//! inner service, the request URI, and tower's own retry policy over a `TpsBudget` (the
+//! peer fusebox's retry layer and Policy are measured against).
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Empty;
+use std::convert::Infallible;
+use std::future::Ready;
+use std::sync::Arc;
+use std::time::Duration;
+use tower::Service;
+use tower::retry::budget::{Budget, TpsBudget};
+
+/// What the bare service answers.
+pub type Reply = Result<Response<Empty<Bytes>>, Infallible>;
+
+/// The absolute URI of every bench request, as a client sends it.
+pub const URI: &str = "http://127.0.0.1:8080/users/42";
+
+/// The bare service: answers 200 at once with a ready future, allocates nothing.
+pub fn ready_ok<B>()
+-> impl Service<Request<B>, Response = Response<Empty<Bytes>>, Error = Infallible, Future = Ready<Reply>>
++ Clone
++ Send
++ Sync
++ 'static {
+    tower::service_fn(|_: Request<B>| std::future::ready(Ok(Response::new(Empty::new()))))
+}
+
+/// tower's retry policy over a `TpsBudget`, as tower's documentation builds one: clone the
+/// request up front, deposit on a success, withdraw for a retry of a 5xx or an error.
+#[derive(Clone, Debug)]
+pub struct TowerRetryPolicy {
+    budget: Arc<TpsBudget>,
+    attempts: usize,
+}
+
+impl TowerRetryPolicy {
+    /// A 10 s budget with a floor of 10 retries per second and a 20 % ratio (fusebox's retry
+    /// defaults), and at most two retries per request.
+    pub fn new() -> Self {
+        TowerRetryPolicy {
+            budget: Arc::new(TpsBudget::new(Duration::from_secs(10), 10, 0.2)),
+            attempts: 2,
+        }
+    }
+}
+
+impl Default for TowerRetryPolicy {
+    fn default() -> Self {
+        TowerRetryPolicy::new()
+    }
+}
+
+impl<B: Clone, R, E> tower::retry::Policy<Request<B>, Response<R>, E> for TowerRetryPolicy {
+    type Future = Ready<()>;
+
+    fn retry(
+        &mut self,
+        _request: &mut Request<B>,
+        result: &mut Result<Response<R>, E>,
+    ) -> Option<Self::Future> {
+        match result {
+            Ok(response) if !response.status().is_server_error() => {
+                self.budget.deposit();
+                None
+            }
+            _ if self.attempts > 0 && self.budget.withdraw() => {
+                self.attempts -= 1;
+                Some(std::future::ready(()))
+            }
+            _ => None,
+        }
+    }
+
+    fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
+        Some(request.clone())
+    }
+}
