@@ -10,7 +10,7 @@
 use crate::error::BoxError;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use pin_project::{pin_project, pinned_drop};
+use pin_project::pin_project;
 use std::error::Error;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -50,12 +50,41 @@ impl<A: OnEndOfStream, B: OnEndOfStream> OnEndOfStream for (A, B) {
 /// Without a callback (`ClassifiedBody::passthrough`) it only forwards frames: layers use
 /// that when the verdict was already known from the response head, so that their response
 /// type stays one type. Errors are converted to [`BoxError`] (only on the error path).
-#[pin_project(PinnedDrop)]
+#[pin_project]
 #[derive(Debug)]
 pub struct ClassifiedBody<B, E: OnEndOfStream> {
     #[pin]
     inner: B,
-    on_end: Option<E>,
+    on_end: Pending<E>,
+}
+
+/// The callback still waiting for the end of the stream; told [`StreamEnd::Dropped`] if
+/// the body is dropped first.
+///
+/// The drop lives in this field, not on [`ClassifiedBody`] itself, so that a body whose
+/// callback has already been told (or never had one) can give its inner body back
+/// ([`ClassifiedBody::into_inner`]).
+#[derive(Debug)]
+struct Pending<E: OnEndOfStream>(Option<E>);
+
+impl<E: OnEndOfStream> Pending<E> {
+    #[inline]
+    fn take(&mut self) -> Option<E> {
+        self.0.take()
+    }
+
+    #[inline]
+    fn is_some(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl<E: OnEndOfStream> Drop for Pending<E> {
+    fn drop(&mut self) {
+        if let Some(cb) = self.0.take() {
+            cb.on_end(StreamEnd::Dropped);
+        }
+    }
 }
 
 impl<B: Body, E: OnEndOfStream> ClassifiedBody<B, E> {
@@ -66,26 +95,46 @@ impl<B: Body, E: OnEndOfStream> ClassifiedBody<B, E> {
             on_end.on_end(StreamEnd::Trailers(None));
             return ClassifiedBody {
                 inner,
-                on_end: None,
+                on_end: Pending(None),
             };
         }
         ClassifiedBody {
             inner,
-            on_end: Some(on_end),
+            on_end: Pending(Some(on_end)),
         }
     }
+}
 
+impl<B, E: OnEndOfStream> ClassifiedBody<B, E> {
     /// Wraps `inner` with no callback.
     pub fn passthrough(inner: B) -> Self {
         ClassifiedBody {
             inner,
-            on_end: None,
+            on_end: Pending(None),
         }
     }
 
     /// The wrapped body.
     pub fn get_ref(&self) -> &B {
         &self.inner
+    }
+
+    /// Whether a callback still waits for the end of the stream.
+    pub fn is_pending(&self) -> bool {
+        self.on_end.is_some()
+    }
+
+    /// The wrapped body, when no callback waits for its end (a pass-through body, or one
+    /// whose callback was already told); else the body itself, unchanged.
+    ///
+    /// For glue that must hand a body on as another type: a body with nothing left to
+    /// report can be unwrapped instead of boxed.
+    pub fn into_inner(self) -> Result<B, Self> {
+        if self.on_end.is_some() {
+            return Err(self);
+        }
+        let ClassifiedBody { inner, .. } = self;
+        Ok(inner)
     }
 }
 
@@ -144,15 +193,6 @@ where
     }
 }
 
-#[pinned_drop]
-impl<B, E: OnEndOfStream> PinnedDrop for ClassifiedBody<B, E> {
-    fn drop(self: Pin<&mut Self>) {
-        if let Some(cb) = self.project().on_end.take() {
-            cb.on_end(StreamEnd::Dropped);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,7 +208,7 @@ mod tests {
         Dropped,
     }
 
-    #[derive(Clone, Default)]
+    #[derive(Debug, Clone, Default)]
     struct Record(Arc<Mutex<Vec<Seen>>>);
 
     impl OnEndOfStream for Record {
@@ -275,6 +315,41 @@ mod tests {
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(bytes, "a");
         assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+    }
+
+    #[tokio::test]
+    async fn only_bodies_with_nothing_to_report_give_their_inner_body_back() {
+        // A pass-through body unwraps.
+        let body: ClassifiedBody<_, Record> =
+            ClassifiedBody::passthrough(Full::new(Bytes::from_static(b"hi")));
+        assert!(!body.is_pending());
+        let inner = body.into_inner().expect("nothing to report");
+        assert_eq!(inner.collect().await.unwrap().to_bytes(), "hi");
+
+        // A body whose callback still waits does not, and loses nothing: the callback is
+        // told when the body it gave back ends.
+        let rec = Record::default();
+        let body = ClassifiedBody::new(Full::new(Bytes::from_static(b"hi")), rec.clone());
+        assert!(body.is_pending());
+        let body = body.into_inner().expect_err("the callback waits");
+        assert!(rec.seen().is_empty());
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "hi");
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+
+        // A body whose callback was told (here: at once, empty) unwraps, and unwrapping
+        // or dropping it reports nothing more.
+        let rec = Record::default();
+        let body = ClassifiedBody::new(Empty::<Bytes>::new(), rec.clone());
+        assert!(!body.is_pending());
+        let inner = body.into_inner().expect("already told");
+        assert!(inner.is_end_stream());
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+
+        // Dropped while pending: cancelled, exactly once.
+        let rec = Record::default();
+        let body = ClassifiedBody::new(Full::new(Bytes::from_static(b"hi")), rec.clone());
+        drop(body.into_inner().expect_err("the callback waits"));
+        assert_eq!(rec.seen(), vec![Seen::Dropped]);
     }
 
     #[test]

@@ -176,6 +176,25 @@ impl<B: Body> ReplayBody<B> {
     pub fn is_streaming(&self) -> bool {
         matches!(self.kind, Kind::Streaming { .. })
     }
+
+    /// Whether this body is empty (it sends no frame at all).
+    pub fn is_empty(&self) -> bool {
+        matches!(self.kind, Kind::Empty)
+    }
+
+    /// The original body, when this one passes it through ([`is_streaming`]); else this
+    /// body, unchanged.
+    ///
+    /// For glue that must hand the body on as another type: the original body can then be
+    /// handed on as it is instead of wrapped.
+    ///
+    /// [`is_streaming`]: ReplayBody::is_streaming
+    pub fn into_streaming(self) -> Result<B, Self> {
+        match self.kind {
+            Kind::Streaming { body } => Ok(body),
+            kind => Err(ReplayBody { kind }),
+        }
+    }
 }
 
 impl<B: Body> fmt::Debug for ReplayBody<B> {
@@ -253,6 +272,23 @@ mod tests {
             b.set_trailers(t);
         }
         b
+    }
+
+    #[tokio::test]
+    async fn only_streaming_bodies_give_the_original_back() {
+        let body = ReplayBody::streaming(Full::new(Bytes::from_static(b"once")));
+        let original = body.into_streaming().expect("a streaming body");
+        assert_eq!(original.collect().await.unwrap().to_bytes(), "once");
+
+        let empty = ReplayBody::<Full<Bytes>>::empty();
+        assert!(empty.is_empty());
+        let empty = empty.into_streaming().expect_err("nothing to give back");
+        assert!(empty.is_empty() && empty.is_end_stream());
+
+        let replay: ReplayBody<Full<Bytes>> = buffer(&[b"again"], None).replay();
+        let replay = replay.into_streaming().expect_err("a replay");
+        assert!(replay.is_replay());
+        assert_eq!(replay.collect().await.unwrap().to_bytes(), "again");
     }
 
     #[tokio::test]

@@ -36,7 +36,7 @@
 //! # Ok::<(), fusebox::ConfigError>(())
 //! ```
 
-use crate::policy::{Policy, PolicyService};
+use crate::policy::{Policy, PolicyBody, PolicyService};
 use axum::body::Body;
 use axum::response::Response;
 use fusebox_classify::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
@@ -111,7 +111,7 @@ impl<S, C: Classifier> Layer<S> for PolicyLayer<C> {
 
     fn layer(&self, inner: S) -> Self::Service {
         PolicyHandler {
-            inner: self.policy.layer(inner),
+            inner: self.policy.layer(AxumBodies { inner }),
             map_error: self.map_error.clone(),
             not_ready: None,
         }
@@ -121,7 +121,7 @@ impl<S, C: Classifier> Layer<S> for PolicyLayer<C> {
 /// A service behind a [`PolicyLayer`]: never fails, answers fusebox's errors with 503s and
 /// 504s.
 pub struct PolicyHandler<S, C = StandardClassifier> {
-    inner: PolicyService<S, C>,
+    inner: PolicyService<AxumBodies<S>, C>,
     map_error: Option<Arc<MapError>>,
     /// An error from the inner service's `poll_ready`, answered by the next call.
     not_ready: Option<BoxError>,
@@ -147,15 +147,16 @@ impl<S: fmt::Debug, C> fmt::Debug for PolicyHandler<S, C> {
 
 impl<S, C, B, RB> Service<Request<B>> for PolicyHandler<S, C>
 where
-    PolicyService<S, C>: Service<Request<B>, Response = http::Response<RB>, Error = BoxError>,
+    PolicyService<AxumBodies<S>, C>:
+        Service<Request<B>, Response = http::Response<PolicyBody<RB, C>>, Error = BoxError>,
     RB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
-    S: Service<Request<ReplayBody<B>>>,
+    C: Classifier,
     B: http_body::Body,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = ResponseFuture<<PolicyService<S, C> as Service<Request<B>>>::Future>;
+    type Future = ResponseFuture<<PolicyService<AxumBodies<S>, C> as Service<Request<B>>>::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         if self.not_ready.is_none()
@@ -211,18 +212,26 @@ impl<F> fmt::Debug for ResponseFuture<F> {
     }
 }
 
-impl<F, RB> Future for ResponseFuture<F>
+impl<F, RB, C> Future for ResponseFuture<F>
 where
-    F: Future<Output = Result<http::Response<RB>, BoxError>>,
+    F: Future<Output = Result<http::Response<PolicyBody<RB, C>>, BoxError>>,
     RB: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     RB::Error: Into<BoxError>,
+    C: Classifier,
 {
     type Output = Result<Response, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let (error, map_error) = match self.project().kind.project() {
             KindProj::Called { future, map_error } => match ready!(future.poll(cx)) {
-                Ok(response) => return Poll::Ready(Ok(response.map(Body::new))),
+                // A body no layer waits on any more goes back to axum as the handler's
+                // own body (already an axum `Body`: not boxed again).
+                Ok(response) => {
+                    return Poll::Ready(Ok(response.map(|body| match body.into_inner() {
+                        Ok(own) => Body::new(own),
+                        Err(wrapped) => Body::new(wrapped),
+                    })));
+                }
                 Err(e) => (e, map_error.take()),
             },
             KindProj::Failed { error, map_error } => match error.take() {
@@ -231,6 +240,43 @@ where
             },
         };
         Poll::Ready(Ok(respond(&*error, map_error.as_deref())))
+    }
+}
+
+/// The service a [`PolicyHandler`]'s policy wraps: hands the handler (the router's route)
+/// an axum [`Body`] instead of the retry layer's [`ReplayBody`].
+///
+/// A body the retry layer passed through is handed on as it is (the router's own `Body`,
+/// not boxed again), an empty one as [`Body::empty`] (which allocates nothing), and only a
+/// replayed one is boxed.
+#[derive(Debug, Clone)]
+pub struct AxumBodies<S> {
+    inner: S,
+}
+
+impl<S, B> Service<Request<ReplayBody<B>>> for AxumBodies<S>
+where
+    S: Service<Request<Body>>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    #[inline]
+    fn call(&mut self, request: Request<ReplayBody<B>>) -> S::Future {
+        self.inner
+            .call(request.map(|body| match body.into_streaming() {
+                Ok(original) => Body::new(original),
+                Err(empty) if empty.is_empty() => Body::empty(),
+                Err(replay) => Body::new(replay),
+            }))
     }
 }
 

@@ -50,6 +50,26 @@ impl<B, C: Classifier> PolicyBody<B, C> {
     pub fn is_fallback(&self) -> bool {
         matches!(self.kind, Kind::Fallback(_))
     }
+
+    /// The dependency's own body, when no layer waits for its end any more (the verdict
+    /// came from the response head and the limit's permit is back, as for a body that was
+    /// empty); else this body, unchanged.
+    ///
+    /// For glue that must hand the body on as another type (axum's `Body`): a body that
+    /// needs no more bookkeeping is handed on as it is instead of boxed.
+    pub fn into_inner(self) -> Result<B, Self> {
+        let outer = match self.kind {
+            Kind::Inner(outer) => outer,
+            kind => return Err(PolicyBody { kind }),
+        };
+        match outer.into_inner() {
+            Ok(limited) => match limited.into_inner() {
+                Ok(body) => Ok(body),
+                Err(limited) => Err(PolicyBody::inner(ClassifiedBody::passthrough(limited))),
+            },
+            Err(outer) => Err(PolicyBody::inner(outer)),
+        }
+    }
 }
 
 impl<B, C: Classifier> fmt::Debug for PolicyBody<B, C> {
