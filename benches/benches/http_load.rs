@@ -16,6 +16,14 @@
 //!   hyper-util pooled client: the bare client, and the same client behind a Policy
 //!   (`fusebox::hyper::wrap`).
 //!
+//! With `FUSEBOX_LOAD_TOWER=1` each comparison also runs a third side in every round, for
+//! reference: the same work done by tower's own layers — on the server, fusebox's breaker
+//! and tower's `ConcurrencyLimit` and `Timeout` under axum's `HandleErrorLayer` (tower's
+//! `Retry` cannot take axum's request bodies, which are not `Clone`); on the client,
+//! tower's `Retry` with a `TpsBudget` policy, fusebox's breaker, `ConcurrencyLimit` and
+//! `Timeout`, as in the `policy` bench. It shows what a stack of tower's layers costs on
+//! the same machine and load.
+//!
 //! Every request's latency (send to end of body) goes into a log-linear histogram
 //! ([`fusebox_benches::Histogram`], within 3 %). Each round first runs a warm-up that is not
 //! recorded (connections open, windows fill). The summary reports, per side, throughput
@@ -32,18 +40,22 @@
 //! - `FUSEBOX_LOAD_SERVER_THREADS` / `FUSEBOX_LOAD_CLIENT_THREADS` (default 1 each): the
 //!   worker threads of the server's and the load generator's runtimes (two cores: one each);
 //! - `FUSEBOX_LOAD_ONLY` (`server` or `client`): run one comparison only;
-//! - `FUSEBOX_LOAD_LAYERS` (default `retry,breaker,limit,timeout`): the Policy's layers.
+//! - `FUSEBOX_LOAD_LAYERS` (default `retry,breaker,limit,timeout`): the Policy's layers;
+//! - `FUSEBOX_LOAD_TOWER` (`1`): add the tower reference side.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) it makes one short pair of each, to
 //! show it works; `--list` (test runners listing tests) lists nothing.
 #![allow(clippy::print_stdout, reason = "a load generator reports on stdout")]
 
 use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::routing::get;
 use bytes::Bytes;
 use fusebox::axum::PolicyLayer;
-use fusebox::{CircuitBreakerConfig, Policy, RetryConfig};
+use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
+use fusebox_benches::services::TowerRetryPolicy;
 use fusebox_benches::{Histogram, env_secs, env_usize};
+use http::StatusCode;
 use http::{Request, Response, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
@@ -53,7 +65,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
-use tower::{Service, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -81,11 +93,7 @@ fn policy() -> Policy {
         b = b.concurrency_limit(1000);
     }
     if on("breaker") {
-        b = b.circuit_breaker(
-            CircuitBreakerConfig::builder("load")
-                .count_window(100)
-                .minimum_calls(20),
-        );
+        b = b.circuit_breaker(breaker_config());
     }
     if on("retry") {
         b = b.retry_budget(RetryConfig::builder().name("load"));
@@ -97,13 +105,50 @@ async fn hello() -> &'static str {
     "Hello, World!"
 }
 
-/// The hello-world app, with or without a Policy on its route.
-fn app(with_policy: bool) -> Router {
+/// What sits between the caller and the dependency in a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stack {
+    /// Nothing.
+    Bare,
+    /// A fusebox Policy.
+    Policy,
+    /// tower's own layers (see the module docs).
+    Tower,
+}
+
+impl Stack {
+    fn label(self) -> &'static str {
+        match self {
+            Stack::Bare => "bare",
+            Stack::Policy => "policy",
+            Stack::Tower => "tower",
+        }
+    }
+}
+
+fn breaker_config() -> CircuitBreakerConfig {
+    CircuitBreakerConfig::builder("load")
+        .count_window(100)
+        .minimum_calls(20)
+        .build()
+        .expect("a valid breaker config")
+}
+
+/// The hello-world app, bare or with `stack` on its route.
+fn app(stack: Stack) -> Router {
     let router = Router::new().route("/", get(hello));
-    if with_policy {
-        router.route_layer(PolicyLayer::new(policy()))
-    } else {
-        router
+    match stack {
+        Stack::Bare => router,
+        Stack::Policy => router.route_layer(PolicyLayer::new(policy())),
+        Stack::Tower => router.route_layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|e: BoxError| async move {
+                    (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                }))
+                .layer(CircuitBreakerLayer::new(breaker_config()))
+                .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
+                .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1))),
+        ),
     }
 }
 
@@ -303,27 +348,26 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// Runs the alternating rounds of one comparison and prints them and their summary.
-fn compare(name: &str, s: Settings, mut round: impl FnMut(bool) -> Round) {
+/// Runs the alternating rounds of one comparison (`stacks[0]` is the baseline) and prints
+/// them and their summary: every other side against the baseline.
+fn compare(name: &str, s: Settings, stacks: &[Stack], mut round: impl FnMut(Stack) -> Round) {
     println!(
-        "\n== {name}: {} pairs of {:.1} s rounds (+{:.1} s warm-up), {} connections",
+        "\n== {name}: {} rounds of {:.1} s per side (+{:.1} s warm-up), {} connections",
         s.pairs,
         s.round.as_secs_f64(),
         s.warm_up.as_secs_f64(),
         s.connections
     );
-    let mut bare = Side::default();
-    let mut with = Side::default();
+    let mut sides: Vec<Side> = stacks.iter().map(|_| Side::default()).collect();
     for pair in 0..s.pairs {
-        for with_policy in [false, true] {
-            let r = round(with_policy);
+        for (i, stack) in stacks.iter().enumerate() {
+            let r = round(*stack);
             let (p50, p99) = (r.histogram.quantile(0.5), r.histogram.quantile(0.99));
-            let side = if with_policy { &mut with } else { &mut bare };
-            let rps = side.add(r);
+            let rps = sides[i].add(r);
             println!(
                 "round {:>2} {:<6}: {:>9.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
                 pair + 1,
-                if with_policy { "policy" } else { "bare" },
+                stack.label(),
                 rps,
                 us(p50),
                 us(p99),
@@ -334,11 +378,11 @@ fn compare(name: &str, s: Settings, mut round: impl FnMut(bool) -> Round) {
         "{:<12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
         "side", "req/s", "p50 us", "p99 us", "p99.9 us", "max us", "errors"
     );
-    for (label, side) in [("bare", &bare), ("policy", &with)] {
+    for (stack, side) in stacks.iter().zip(&sides) {
         let h = &side.histogram;
         println!(
             "{:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
-            label,
+            stack.label(),
             side.rps(),
             us(h.quantile(0.5)),
             us(h.quantile(0.99)),
@@ -347,31 +391,35 @@ fn compare(name: &str, s: Settings, mut round: impl FnMut(bool) -> Round) {
             side.errors
         );
     }
-    let ratio = |f: fn(&Histogram) -> Duration| {
-        f(&with.histogram).as_secs_f64() / f(&bare.histogram).as_secs_f64().max(1e-12)
-    };
+    let bare = &sides[0];
     let per_pair = |b: &[f64], w: &[f64]| -> Vec<f64> {
         b.iter().zip(w).map(|(b, w)| w / b.max(1e-12)).collect()
     };
-    let throughput_pairs = per_pair(&bare.per_round, &with.per_round);
-    let p99_pairs = per_pair(&bare.p99_per_round, &with.p99_per_round);
     let list = |v: &[f64]| {
         v.iter()
             .map(|r| format!("{r:.3}"))
             .collect::<Vec<_>>()
             .join(" ")
     };
-    println!(
-        "{name}: throughput policy/bare = {:.3} over all rounds, median of pairs {:.3} (target >= 0.97; pairs: {}); p99 policy/bare = {:.3} over all rounds, median of pairs {:.3} (target <= 1.10; pairs: {}); p50 ratio {:.3}, p99.9 ratio {:.3}",
-        with.rps() / bare.rps().max(1e-9),
-        median(&throughput_pairs),
-        list(&throughput_pairs),
-        ratio(|h| h.quantile(0.99)),
-        median(&p99_pairs),
-        list(&p99_pairs),
-        ratio(|h| h.quantile(0.5)),
-        ratio(|h| h.quantile(0.999)),
-    );
+    for (stack, with) in stacks.iter().zip(&sides).skip(1) {
+        let ratio = |f: fn(&Histogram) -> Duration| {
+            f(&with.histogram).as_secs_f64() / f(&bare.histogram).as_secs_f64().max(1e-12)
+        };
+        let throughput_pairs = per_pair(&bare.per_round, &with.per_round);
+        let p99_pairs = per_pair(&bare.p99_per_round, &with.p99_per_round);
+        let label = stack.label();
+        println!(
+            "{name}: throughput {label}/bare = {:.3} over all rounds, median of pairs {:.3} (target >= 0.97; pairs: {}); p99 {label}/bare = {:.3} over all rounds, median of pairs {:.3} (target <= 1.10; pairs: {}); p50 ratio {:.3}, p99.9 ratio {:.3}",
+            with.rps() / bare.rps().max(1e-9),
+            median(&throughput_pairs),
+            list(&throughput_pairs),
+            ratio(|h| h.quantile(0.99)),
+            median(&p99_pairs),
+            list(&p99_pairs),
+            ratio(|h| h.quantile(0.5)),
+            ratio(|h| h.quantile(0.999)),
+        );
+    }
 }
 
 /// The median (the mean of the middle two for an even count; 0 when empty).
@@ -418,15 +466,22 @@ fn main() {
     let client_rt = runtime(env_usize("FUSEBOX_LOAD_CLIENT_THREADS", 1));
 
     let only = std::env::var("FUSEBOX_LOAD_ONLY").unwrap_or_default();
-    let bare_addr = serve(&server_rt, app(false));
-    let policy_addr = serve(&server_rt, app(true));
+    let stacks: &[Stack] = if std::env::var("FUSEBOX_LOAD_TOWER").is_ok_and(|v| v == "1") {
+        &[Stack::Bare, Stack::Policy, Stack::Tower]
+    } else {
+        &[Stack::Bare, Stack::Policy]
+    };
+    let bare_addr = serve(&server_rt, app(Stack::Bare));
+    let policy_addr = serve(&server_rt, app(Stack::Policy));
+    let tower_addr = serve(&server_rt, app(Stack::Tower));
     if only != "client" {
-        compare("server (axum hello world)", s, |with_policy| {
-            server_round(
-                &client_rt,
-                if with_policy { policy_addr } else { bare_addr },
-                s,
-            )
+        compare("server (axum hello world)", s, stacks, |stack| {
+            let addr = match stack {
+                Stack::Bare => bare_addr,
+                Stack::Policy => policy_addr,
+                Stack::Tower => tower_addr,
+            };
+            server_round(&client_rt, addr, s)
         });
     }
     if only == "server" {
@@ -434,17 +489,30 @@ fn main() {
     }
 
     let uri: Uri = format!("http://{bare_addr}/").parse().expect("a valid URI");
-    let (bare_client, policy_client) = {
+    let (bare_client, policy_client, tower_client) = {
         let _guard = client_rt.enter();
         // Built as `fusebox::hyper::client` builds the policy's.
         let bare: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        (bare, fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy()))
+        let tower = ServiceBuilder::new()
+            .layer(tower::retry::RetryLayer::new(TowerRetryPolicy::new()))
+            .layer(CircuitBreakerLayer::new(breaker_config()))
+            .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
+            .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1)))
+            .service(bare.clone());
+        (
+            bare,
+            fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy()),
+            tower,
+        )
     };
-    compare("client (hyper-util legacy client)", s, |with_policy| {
-        if with_policy {
-            client_round(&client_rt, &policy_client, &uri, s)
-        } else {
-            client_round(&client_rt, &bare_client, &uri, s)
-        }
-    });
+    compare(
+        "client (hyper-util legacy client)",
+        s,
+        stacks,
+        |stack| match stack {
+            Stack::Bare => client_round(&client_rt, &bare_client, &uri, s),
+            Stack::Policy => client_round(&client_rt, &policy_client, &uri, s),
+            Stack::Tower => client_round(&client_rt, &tower_client, &uri, s),
+        },
+    );
 }

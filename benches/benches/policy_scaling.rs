@@ -19,7 +19,9 @@
 //!   the full Policy `without_*` one layer: when two tasks fall short of twice one task's
 //!   throughput, the layer whose removal restores it is the one that contends;
 //! - `policy_open`: a healthy call through the full Policy next to one rejected by the same
-//!   kind of Policy with its breaker forced open (one task).
+//!   kind of Policy with its breaker forced open by an operator, and by one whose breaker
+//!   tripped on 503s and is waiting out a five-minute open wait (it reads the clock to tell
+//!   whether the wait is over) (one task).
 //!
 //! The target (issue 8): the two-task throughput at least 1.6× the one-task throughput,
 //! for the Policy. With `FUSEBOX_BENCH_CPU_TIME=1` the figures are CPU time (groups
@@ -209,7 +211,7 @@ fn two_tasks_group(c: &mut Criterion) {
 }
 
 /// A healthy call through the full Policy next to a call rejected by a full Policy whose
-/// breaker an operator forced open.
+/// breaker an operator forced open, and by one whose breaker tripped.
 fn open_group(c: &mut Criterion) {
     let rt = current_thread();
     let _guard = rt.enter();
@@ -220,6 +222,31 @@ fn open_group(c: &mut Criterion) {
         .expect("an unkeyed breaker")
         .force_open();
     let open = warmed(Tower(open_policy.layer(bare())));
+    // Trips on the warm-up's 503s (the retries the budget allows included), then stays
+    // open: every measured call is rejected inside the open wait.
+    let tripped_policy = builder(ALL)
+        .circuit_breaker(
+            CircuitBreakerConfig::builder("bench")
+                .count_window(100)
+                .minimum_calls(20)
+                .open_wait(Duration::from_secs(300)),
+        )
+        .build()
+        .expect("a valid policy");
+    let failing = tower::service_fn(|_: Request<_>| async {
+        let mut response = Response::new(Empty::<Bytes>::new());
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        Ok::<_, Infallible>(response)
+    });
+    let tripped = warmed(Tower(tripped_policy.layer(failing)));
+    assert_eq!(
+        tripped_policy
+            .breaker_handle()
+            .expect("an unkeyed breaker")
+            .state(),
+        fusebox::breaker::State::Open,
+        "the warm-up tripped the breaker"
+    );
 
     let mut g = c.benchmark_group(group_name("policy_open"));
     g.throughput(Throughput::Elements(1));
@@ -228,6 +255,9 @@ fn open_group(c: &mut Criterion) {
     });
     g.bench_function("policy_open_reject", |b| {
         b.iter_custom(|iters| one_task(&rt, &open, iters))
+    });
+    g.bench_function("policy_tripped_reject", |b| {
+        b.iter_custom(|iters| one_task(&rt, &tripped, iters))
     });
     g.finish();
 }
