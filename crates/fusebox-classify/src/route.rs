@@ -7,12 +7,22 @@
 //! (feature `axum`), else by its method and URI path. Requests that match nothing use the
 //! default route. Matching allocates nothing; a table with only a default route does no
 //! matching at all.
+//!
+//! Every layer of a stack resolves the route of each call it sees, and a stack of four
+//! layers sharing one table sees each call four times, one directly after the other on the
+//! same thread. So each thread remembers the last request it resolved (which table, the
+//! method, and the path, up to [`CACHED_PATH_LEN`] bytes, compared in full): the layers
+//! after the first answer from it instead of matching the path again. The answer is a pure
+//! function of the table and those inputs, so a remembered one is always the one matching
+//! would give.
 
 use crate::call::{Call, is_idempotent};
 use crate::classifier::{Classifier, StandardClassifier};
 use crate::config::{ConfigError, Validator};
 use http::{Method, Request};
+use std::cell::RefCell;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Names a route of a [`RouteTable`]; cheap to copy and store in a future.
@@ -140,7 +150,111 @@ struct Candidates {
 struct Table<C> {
     names: Vec<Arc<str>>,
     routes: Vec<Route<C>>,
-    router: Option<matchit::Router<Candidates>>,
+    router: Option<Matcher>,
+}
+
+/// The path matcher of a table with routes besides the default one.
+#[derive(Debug)]
+struct Matcher {
+    /// Unique among the tables of this process: names the table in the per-thread memory
+    /// of the last resolution (an address could be reused by a later table).
+    id: u64,
+    router: matchit::Router<Candidates>,
+}
+
+/// The ids of [`Matcher`]s; 0 is never one.
+static NEXT_MATCHER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The longest path (or matched route template) whose resolution a thread remembers.
+pub const CACHED_PATH_LEN: usize = 128;
+
+/// The last resolution on this thread: `route` is what the table `matcher` gives for
+/// `method` and the first `len` bytes of `path`.
+struct LastResolved {
+    matcher: u64,
+    method: Method,
+    len: usize,
+    path: [u8; CACHED_PATH_LEN],
+    route: RouteId,
+}
+
+thread_local! {
+    static LAST_RESOLVED: RefCell<LastResolved> = const {
+        RefCell::new(LastResolved {
+            matcher: 0,
+            method: Method::GET,
+            len: 0,
+            path: [0; CACHED_PATH_LEN],
+            route: RouteId::DEFAULT,
+        })
+    };
+}
+
+/// Whether `method` is one of the standard methods, which clone without allocating.
+fn is_standard(method: &Method) -> bool {
+    [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::PATCH,
+        Method::CONNECT,
+        Method::TRACE,
+    ]
+    .iter()
+    .any(|m| m == method)
+}
+
+impl Matcher {
+    /// The route for `method` and `path`: remembered from the last resolution on this
+    /// thread when that was the same question, else matched (and remembered).
+    #[inline]
+    fn resolve(&self, method: &Method, path: &str) -> RouteId {
+        let bytes = path.as_bytes();
+        if bytes.len() > CACHED_PATH_LEN {
+            return self.lookup(method, path);
+        }
+        LAST_RESOLVED
+            .try_with(|last| {
+                let Ok(mut last) = last.try_borrow_mut() else {
+                    return self.lookup(method, path);
+                };
+                if last.matcher == self.id
+                    && last.len == bytes.len()
+                    && last.method == *method
+                    && last.path[..bytes.len()] == *bytes
+                {
+                    return last.route;
+                }
+                let route = self.lookup(method, path);
+                // Extension methods are not remembered: cloning one allocates.
+                if is_standard(method) {
+                    last.matcher = self.id;
+                    last.method = method.clone();
+                    last.len = bytes.len();
+                    last.path[..bytes.len()].copy_from_slice(bytes);
+                    last.route = route;
+                }
+                route
+            })
+            .unwrap_or_else(|_| self.lookup(method, path))
+    }
+
+    fn lookup(&self, method: &Method, path: &str) -> RouteId {
+        match self.router.at(path) {
+            Ok(found) => found
+                .value
+                .by_method
+                .iter()
+                .find(|(m, _)| m == method)
+                .map(|(_, id)| *id)
+                .or(found.value.any_method)
+                .unwrap_or(RouteId::DEFAULT),
+            Err(_) => RouteId::DEFAULT,
+        }
+    }
 }
 
 /// Maps requests to [`Route`]s. Cloning is cheap: clones share one table.
@@ -192,35 +306,21 @@ impl<C: Classifier> RouteTable<C> {
     /// The route a request belongs to.
     #[inline]
     pub fn resolve<B>(&self, request: &Request<B>) -> RouteId {
-        let Some(router) = &self.table.router else {
+        let Some(matcher) = &self.table.router else {
             return RouteId::DEFAULT;
         };
         #[cfg(feature = "axum")]
         if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
-            return Self::lookup(router, request.method(), matched.as_str());
+            return matcher.resolve(request.method(), matched.as_str());
         }
-        Self::lookup(router, request.method(), request.uri().path())
+        matcher.resolve(request.method(), request.uri().path())
     }
 
     /// The route for a method and path.
     pub fn resolve_path(&self, method: &Method, path: &str) -> RouteId {
         match &self.table.router {
             None => RouteId::DEFAULT,
-            Some(router) => Self::lookup(router, method, path),
-        }
-    }
-
-    fn lookup(router: &matchit::Router<Candidates>, method: &Method, path: &str) -> RouteId {
-        match router.at(path) {
-            Ok(found) => found
-                .value
-                .by_method
-                .iter()
-                .find(|(m, _)| m == method)
-                .map(|(_, id)| *id)
-                .or(found.value.any_method)
-                .unwrap_or(RouteId::DEFAULT),
-            Err(_) => RouteId::DEFAULT,
+            Some(matcher) => matcher.resolve(method, path),
         }
     }
 
@@ -401,7 +501,10 @@ impl<C: Classifier> RouteTableBuilder<C> {
         }
         let table = Table {
             names,
-            router: if routes.len() > 1 { Some(router) } else { None },
+            router: (routes.len() > 1).then(|| Matcher {
+                id: NEXT_MATCHER_ID.fetch_add(1, Ordering::Relaxed),
+                router,
+            }),
             routes,
         };
         v.finish(RouteTable {
@@ -437,6 +540,83 @@ mod tests {
             .uri(path)
             .body(())
             .unwrap()
+    }
+
+    /// Two tables that map the same paths to different routes.
+    fn two_tables() -> [RouteTable; 2] {
+        let a = RouteTable::builder(Route::default())
+            .route("GET /users/{id}", Route::default())
+            .route("/orders/{id}", Route::default())
+            .route("POST /users", Route::default())
+            .build()
+            .unwrap();
+        let b = RouteTable::builder(Route::default())
+            .route("/orders/{id}", Route::default())
+            .route("/users/{id}", Route::default())
+            .build()
+            .unwrap();
+        [a, b]
+    }
+
+    fn matched(table: &RouteTable, method: &Method, path: &str) -> RouteId {
+        table
+            .table
+            .router
+            .as_ref()
+            .map_or(RouteId::DEFAULT, |m| m.lookup(method, path))
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of requests and tables, a resolution remembered by the
+        /// thread is the one matching gives.
+        #[test]
+        fn remembered_resolutions_are_the_matched_ones(
+            calls in proptest::collection::vec((0usize..2, 0usize..4, 0usize..7), 1..300)
+        ) {
+            let tables = two_tables();
+            let methods = [
+                Method::GET,
+                Method::POST,
+                Method::DELETE,
+                Method::from_bytes(b"PURGE").unwrap(),
+            ];
+            let long = format!("/users/{}", "x".repeat(CACHED_PATH_LEN));
+            let paths = ["/users/1", "/users/2", "/orders/9", "/users", "/other", "/users/1/", long.as_str()];
+            for (t, m, p) in calls {
+                let (table, method, path) = (&tables[t], &methods[m], paths[p]);
+                proptest::prop_assert_eq!(
+                    table.resolve_path(method, path),
+                    matched(table, method, path)
+                );
+                proptest::prop_assert_eq!(
+                    table.resolve(&req(method.clone(), path)),
+                    matched(table, method, path)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_table_is_never_answered_for_by_an_old_one() {
+        let old = RouteTable::builder(Route::default())
+            .route("GET /users/{id}", Route::default())
+            .build()
+            .unwrap();
+        assert_eq!(old.resolve_path(&Method::GET, "/users/7").index(), 1);
+        drop(old);
+        // Built after the old one is gone (possibly at its address): "/users/{id}" is its
+        // second route now.
+        let new = RouteTable::builder(Route::default())
+            .route("/health", Route::default())
+            .route("GET /users/{id}", Route::default())
+            .build()
+            .unwrap();
+        assert_eq!(new.resolve_path(&Method::GET, "/users/7").index(), 2);
+        assert_eq!(
+            new.resolve_path(&Method::POST, "/users/7"),
+            RouteId::DEFAULT
+        );
+        assert_eq!(new.resolve_path(&Method::GET, "/users/7").index(), 2);
     }
 
     #[test]
