@@ -280,7 +280,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// Hands the guard to the response body, measuring slowness now (time to headers).
     pub(crate) fn at_end_of_stream(self) -> EosRecorder<C, St> {
         let (slow, _) = self.measure();
-        EosRecorder(Box::new(Eos { guard: self, slow }))
+        EosRecorder { guard: self, slow }
     }
 }
 
@@ -306,13 +306,7 @@ fn is_overloaded(error: &(dyn Error + 'static)) -> bool {
 
 /// Records a streamed call's verdict at the end of its body (gRPC: from the trailers).
 /// Slowness is the time to the response headers.
-///
-/// Boxed: only a response whose head cannot decide its verdict (gRPC) needs one, and the
-/// response body of every call holds room for it; inline, it would make every healthy
-/// response larger than the 128 bytes the compiler still moves with inline copies.
-pub struct EosRecorder<C: Classifier, St: Store>(Box<Eos<C, St>>);
-
-struct Eos<C: Classifier, St: Store> {
+pub struct EosRecorder<C: Classifier, St: Store> {
     guard: Guard<C, St>,
     slow: bool,
 }
@@ -320,22 +314,22 @@ struct Eos<C: Classifier, St: Store> {
 impl<C: Classifier, St: Store> fmt::Debug for EosRecorder<C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EosRecorder")
-            .field("guard", &self.0.guard)
-            .field("slow", &self.0.slow)
+            .field("guard", &self.guard)
+            .field("slow", &self.slow)
             .finish()
     }
 }
 
 impl<C: Classifier, St: Store> OnEndOfStream for EosRecorder<C, St> {
-    fn on_end(self, end: StreamEnd<'_>) {
-        let Eos { mut guard, slow } = *self.0;
+    fn on_end(mut self, end: StreamEnd<'_>) {
         let verdict = match end {
-            StreamEnd::Trailers(trailers) => guard.classify_eos(trailers),
-            StreamEnd::Error(error) => guard.classify_error(error),
+            StreamEnd::Trailers(trailers) => self.guard.classify_eos(trailers),
+            StreamEnd::Error(error) => self.guard.classify_error(error),
             StreamEnd::Dropped => return, // the guard's drop releases the permit
         };
-        let end = guard.breaker.needs_end_time.then(Instant::now);
-        guard.finish_measured(verdict.outcome(), slow, end);
+        let end = self.guard.breaker.needs_end_time.then(Instant::now);
+        let slow = self.slow;
+        self.guard.finish_measured(verdict.outcome(), slow, end);
     }
 }
 
