@@ -137,8 +137,14 @@ where
 
     #[inline]
     fn call(&mut self, request: Request<ReplayBody<Body>>) -> S::Future {
-        // tonic's body is a boxed body: one allocation, as tonic makes for every call.
-        self.inner.call(request.map(Body::new))
+        // A body the retry layer passed through (a streaming call) is tonic's own again;
+        // an empty one becomes `Body::empty()`; only a replayed (buffered) one is boxed,
+        // one allocation, as tonic makes for every call.
+        self.inner
+            .call(request.map(|body| match body.into_streaming() {
+                Ok(original) => original,
+                Err(other) => Body::new(other),
+            }))
     }
 }
 
