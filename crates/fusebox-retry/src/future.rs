@@ -161,7 +161,7 @@ where
     /// `parts` make the next ones.
     #[inline(always)]
     pub(crate) fn repeatable(
-        future: S::Future,
+        call: impl FnOnce(&Span) -> S::Future,
         span: Span,
         shared: Arc<Lease<Bound<S, C>>>,
         meta: CallMeta,
@@ -173,7 +173,9 @@ where
         let (timer, hedge) = first_hedge(&shared, &meta);
         ResponseFuture {
             body: None,
-            primary: Some(future),
+            // Called here, in the struct literal, so that the attempt's future is built in
+            // its place in this one instead of moved into it.
+            primary: Some(call(&span)),
             hedge: None,
             timer,
             primary_span: span,

@@ -377,12 +377,11 @@ where
         if repeatable && body.is_end_stream() {
             // Nothing to buffer: every attempt gets an empty body.
             bound.keep_spare(&self.inner);
-            let span = attempt_span(1);
             let attempt = Request::from_parts(parts.clone(), ReplayBody::empty());
-            let future = call_in(&span, &mut self.inner, attempt);
+            let inner = &mut self.inner;
             return ResponseFuture::repeatable(
-                future,
-                span,
+                |span| call_in(span, inner, attempt),
+                attempt_span(1),
                 self.bound.lease(),
                 meta,
                 deadline,
