@@ -119,7 +119,12 @@ impl<S, C: Classifier> Layer<S> for PolicyLayer<C> {
 }
 
 /// A service behind a [`PolicyLayer`]: never fails, answers fusebox's errors with 503s and
-/// 504s.
+/// 504s, and answers with axum [`Response`]s.
+///
+/// The service it wraps (the router's route, under `Router::layer` or `route_layer`)
+/// receives axum [`Body`]s: the router's own body when the policy only passed it on, not
+/// a copy or a wrapper ([`AxumBodies`]). A response body that no layer waits on any more
+/// is handed back as the handler's own.
 pub struct PolicyHandler<S, C = StandardClassifier> {
     inner: PolicyService<AxumBodies<S>, C>,
     map_error: Option<Arc<MapError>>,
