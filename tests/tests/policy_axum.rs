@@ -147,6 +147,60 @@ async fn a_full_limit_is_a_503_on_every_route_that_shares_it() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_limit_released_at_the_end_of_the_body_holds_its_permit_until_the_body_ends() {
+    // The glue hands a response body back to axum unwrapped only when no layer waits on it:
+    // this one's permit is released at the end of the body, so its wrapper must stay.
+    let policy = Policy::builder("api")
+        .concurrency_limit_config(
+            fusebox::ConcurrencyLimitConfig::builder()
+                .max_concurrency(1)
+                .release(fusebox::limit::Release::AtEndOfBody),
+        )
+        .build()
+        .unwrap();
+    let limit = policy.limit_handle().unwrap();
+    let release = Arc::new(Notify::new());
+    let held = release.clone();
+    let app = Router::new()
+        .route(
+            "/stream",
+            get(move || {
+                let held = held.clone();
+                async move {
+                    // The head goes out at once; the body's only chunk waits for the test.
+                    let tail = futures_util::stream::once(async move {
+                        held.notified().await;
+                        Ok::<_, std::convert::Infallible>(bytes::Bytes::from_static(b"tail"))
+                    });
+                    axum::body::Body::from_stream(tail)
+                }
+            }),
+        )
+        .route("/other", get(|| async { "other" }))
+        .route_layer(PolicyLayer::new(policy));
+    let addr = serve(app).await;
+
+    let streaming = client()
+        .request(request(&format!("http://{addr}/stream")))
+        .await
+        .expect("the server answers");
+    assert_eq!(streaming.status(), StatusCode::OK);
+    // The head is here, the body is not: the call still holds the only permit.
+    assert_eq!(limit.in_flight(), 1);
+    let (status, _, body) = fetch(addr, "/other").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body, "service unavailable: overloaded");
+
+    release.notify_one();
+    let tail = streaming.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(tail, "tail");
+    while limit.in_flight() != 0 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(fetch(addr, "/other").await.0, StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
 async fn route_timeouts_come_from_the_matched_path() {
     // The table is keyed by axum's route templates.
     let routes = RouteTable::builder(Route::default())
