@@ -1,0 +1,90 @@
+//! A tonic client behind a Policy costs each call no allocation of its own.
+//!
+//! Unary calls to a real gRPC server on 127.0.0.1, in one process: the allocations counted
+//! are the client's and the server's together, so the check is a comparison, not zero. A
+//! channel behind a Policy (breaker, limit, timeout; and with a retry budget) must allocate
+//! exactly as the bare channel does per call. In particular the glue must hand the channel
+//! tonic's own request body back, not box the retry layer's wrapper around it.
+//!
+//! Its own test binary, because it installs a counting global allocator; one test, because
+//! that allocator sees every thread.
+
+mod tonic_common;
+
+use fusebox::{CircuitBreakerConfig, Policy, RetryConfig};
+use fusebox_tests::alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use std::alloc::System;
+use std::time::Duration;
+use tonic::Code;
+use tonic_common::{Feed, Tick, lazy_channel, serve, unary};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const CALLS: usize = 1_000;
+const WARM_UP: usize = 200;
+
+/// Allocations per unary call through `grpc` (after a warm-up), as (allocations,
+/// reallocations), rounded to whole calls.
+async fn per_call<S>(mut grpc: tonic::client::Grpc<S>) -> (usize, usize)
+where
+    S: tonic::client::GrpcService<tonic::body::Body>,
+    S::ResponseBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    <S::ResponseBody as http_body::Body>::Error: Into<fusebox::BoxError>,
+    S::Error: Into<fusebox::BoxError>,
+{
+    let call = || tonic::Request::new(Tick { n: 1 });
+    for _ in 0..WARM_UP {
+        unary(&mut grpc, "/test.Feed/Deadline", call())
+            .await
+            .expect("a healthy call");
+    }
+    let region = Region::new(GLOBAL);
+    for _ in 0..CALLS {
+        unary(&mut grpc, "/test.Feed/Deadline", call())
+            .await
+            .expect("a healthy call");
+    }
+    let change = region.change();
+    (
+        (change.allocations + CALLS / 2) / CALLS,
+        (change.reallocations + CALLS / 2) / CALLS,
+    )
+}
+
+#[test]
+fn a_policy_around_a_channel_allocates_nothing_of_its_own() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let addr = serve(Feed::new(Code::Ok), None).await;
+        let bare = per_call(tonic::client::Grpc::new(lazy_channel(addr))).await;
+
+        let policy = Policy::builder("feed")
+            .circuit_breaker(CircuitBreakerConfig::builder("feed"))
+            .concurrency_limit(64)
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("a valid policy");
+        let channel = fusebox::tonic::channel(&policy, lazy_channel(addr));
+        let with_policy = per_call(tonic::client::Grpc::new(channel)).await;
+        assert_eq!(
+            with_policy, bare,
+            "breaker, limit and timeout: allocations per call vs the bare channel"
+        );
+
+        let policy = Policy::builder("feed-retry")
+            .circuit_breaker(CircuitBreakerConfig::builder("feed-retry"))
+            .retry_budget(RetryConfig::builder().name("feed-retry"))
+            .build()
+            .expect("a valid policy");
+        let channel = fusebox::tonic::channel(&policy, lazy_channel(addr));
+        let with_retry = per_call(tonic::client::Grpc::new(channel)).await;
+        assert_eq!(
+            with_retry, bare,
+            "breaker and retry budget: allocations per call vs the bare channel"
+        );
+    });
+}
