@@ -108,7 +108,7 @@ async fn run() -> ExitCode {
             line.push_str(&format!("   {name}: {outcome:<16}"));
         }
         let flaky_state = keys
-            .get(&BreakerKey::Text(flaky.to_string()))
+            .get(&BreakerKey::host(flaky.to_string()))
             .map(|b| b.state());
         flaky_opened |= flaky_state == Some(State::Open);
         println!("{line}   flaky's breaker: {flaky_state:?}");

@@ -79,7 +79,7 @@ async fn one_failing_host_opens_only_its_own_breaker() {
     }
     let keys = policy.keyed_breaker_handle().unwrap();
     assert_eq!(keys.len(), 2);
-    let healthy_key = BreakerKey::Text(healthy.addr().to_string());
+    let healthy_key = BreakerKey::host(healthy.addr().to_string());
     assert_eq!(
         keys.get(&healthy_key).unwrap().state(),
         fusebox::breaker::State::Closed

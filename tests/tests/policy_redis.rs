@@ -346,13 +346,13 @@ async fn a_keyed_policy_in_code_shares_the_keys_it_lists() {
         admitted.get()
     );
     let keys = b.policy.keyed_breaker_handle().expect("a keyed breaker");
-    let key = BreakerKey::Text("127.0.0.1".into());
+    let key = BreakerKey::host("127.0.0.1");
     assert_eq!(keys.get(&key).map(|h| h.state()), Some(State::Open));
     // A's local key opened on A's own window; B's is its own.
     assert_eq!(
         a.policy
             .keyed_breaker_handle()
-            .and_then(|k| k.get(&BreakerKey::Text("localhost".into())))
+            .and_then(|k| k.get(&BreakerKey::host("localhost")))
             .map(|h| h.state()),
         Some(State::Open)
     );

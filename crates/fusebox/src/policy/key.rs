@@ -2,6 +2,7 @@
 
 use fusebox_breaker::{KeyFn, RequestHead};
 use fusebox_classify::RouteId;
+use smol_str::{SmolStr, StrExt};
 use std::fmt;
 use std::sync::Arc;
 
@@ -31,10 +32,12 @@ use std::sync::Arc;
 /// ```
 #[derive(Clone)]
 pub enum KeyBy {
-    /// The URI's host, else the `Host` header's (one string allocation per call).
+    /// The URI's host, else the `Host` header's, in lower case ([`BreakerKey::Host`]; no
+    /// allocation for hosts of up to 23 bytes, one per call for longer ones).
     Host,
     /// The URI's host and port (`"api.example.com:8443"`; the host alone when the URI
-    /// has no port), else the `Host` header (one string allocation per call).
+    /// has no port), else the `Host` header, in lower case ([`BreakerKey::Host`]; no
+    /// allocation for keys of up to 23 bytes, one per call for longer ones).
     Authority,
     /// The route of the route table (no allocation).
     Route,
@@ -63,10 +66,21 @@ impl fmt::Debug for KeyBy {
 /// The key of one breaker of a keyed policy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum BreakerKey {
-    /// A route of the route table.
+    /// A route of the route table ([`KeyBy::Route`]).
     Route(RouteId),
-    /// A host, or a custom key.
+    /// A host, or a host and port, in lower case ([`KeyBy::Host`], [`KeyBy::Authority`]).
+    /// Kept inline up to 23 bytes: looking up a known host allocates nothing.
+    Host(SmolStr),
+    /// A custom key ([`KeyBy::Custom`]).
     Text(String),
+}
+
+impl BreakerKey {
+    /// The key [`KeyBy::Host`] or [`KeyBy::Authority`] gives a request for `host` (a host,
+    /// or `host:port`): for looking up that host's breaker.
+    pub fn host(host: impl AsRef<str>) -> Self {
+        BreakerKey::Host(host.as_ref().to_ascii_lowercase_smolstr())
+    }
 }
 
 impl KeyFn for KeyBy {
@@ -75,15 +89,14 @@ impl KeyFn for KeyBy {
     #[inline]
     fn key(&self, head: &RequestHead<'_>) -> BreakerKey {
         match self {
-            KeyBy::Host => BreakerKey::Text(head.host().unwrap_or("").to_ascii_lowercase()),
-            KeyBy::Authority => BreakerKey::Text(match head.uri().authority() {
-                Some(a) => a.as_str().to_ascii_lowercase(),
+            KeyBy::Host => BreakerKey::host(head.host().unwrap_or("")),
+            KeyBy::Authority => BreakerKey::host(match head.uri().authority() {
+                Some(a) => a.as_str(),
                 None => head
                     .headers()
                     .get(http::header::HOST)
                     .and_then(|h| h.to_str().ok())
-                    .unwrap_or("")
-                    .to_ascii_lowercase(),
+                    .unwrap_or(""),
             }),
             KeyBy::Route => BreakerKey::Route(head.route()),
             KeyBy::Custom(f) => BreakerKey::Text(f(head)),
@@ -93,6 +106,7 @@ impl KeyFn for KeyBy {
     fn describe(&self, key: &BreakerKey, head: &RequestHead<'_>) -> Arc<str> {
         match key {
             BreakerKey::Route(_) => Arc::from(head.route_name()),
+            BreakerKey::Host(host) => Arc::from(host.as_str()),
             BreakerKey::Text(text) => Arc::from(text.as_str()),
         }
     }

@@ -322,6 +322,46 @@ async fn keyed_breakers_open_per_key() {
 }
 
 #[tokio::test]
+async fn host_keys_are_lower_case_hosts_short_or_long() {
+    let long = "a-host-name-longer-than-twenty-three-bytes.example";
+    for key_by in [KeyBy::Host, KeyBy::Authority] {
+        let policy = Policy::builder("p")
+            .circuit_breaker(CircuitBreakerConfig::builder("p"))
+            .breaker_key(key_by.clone())
+            .build()
+            .unwrap();
+        let ok = service_fn(|_: Req| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        let svc = policy.layer(ok);
+        for uri in [
+            "http://API.Example/",
+            "http://api.example/x",
+            "http://api.example:8443/",
+            &format!("http://{}/", long.to_ascii_uppercase()),
+        ] {
+            svc.clone().oneshot(get(uri)).await.unwrap();
+        }
+        let handle = policy.keyed_breaker_handle().unwrap();
+        let (mixed, with_port) = match key_by {
+            KeyBy::Host => ("Api.EXAMPLE", "api.example"),
+            _ => ("Api.EXAMPLE", "API.example:8443"),
+        };
+        assert!(handle.get(&BreakerKey::host(mixed)).is_some(), "{key_by:?}");
+        assert!(
+            handle.get(&BreakerKey::host(with_port)).is_some(),
+            "{key_by:?}"
+        );
+        assert!(handle.get(&BreakerKey::host(long)).is_some(), "{key_by:?}");
+        // By host: one breaker for api.example whatever the port; by authority, two.
+        let expected = if matches!(key_by, KeyBy::Host) { 2 } else { 3 };
+        assert_eq!(handle.len(), expected, "{key_by:?}");
+    }
+    assert_eq!(BreakerKey::host("A.B"), BreakerKey::host("a.b"));
+    assert_ne!(BreakerKey::host("a.b"), BreakerKey::Text("a.b".to_owned()));
+}
+
+#[tokio::test]
 async fn every_layer_runs_and_counts_one_call() {
     let calls = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
