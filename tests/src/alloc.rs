@@ -97,3 +97,23 @@ pub fn requests<B>(
         })
         .collect()
 }
+
+/// Allocations and reallocations per call, as counted by `global` while `call` runs
+/// `calls` times, rounded to whole calls. For comparing two stacks whose calls also
+/// allocate a fixed amount of their own (a real client and server in one process, where
+/// connection upkeep adds a fraction of an allocation per call).
+pub async fn per_call(
+    global: &'static StatsAlloc<System>,
+    calls: usize,
+    mut call: impl AsyncFnMut(),
+) -> (usize, usize) {
+    let region = Region::new(global);
+    for _ in 0..calls {
+        call().await;
+    }
+    let change = region.change();
+    (
+        (change.allocations + calls / 2) / calls,
+        (change.reallocations + calls / 2) / calls,
+    )
+}

@@ -12,7 +12,7 @@ use axum::Router;
 use axum::routing::get;
 use bytes::Bytes;
 use fusebox::{CircuitBreakerConfig, KeyBy, Policy, RetryConfig};
-use fusebox_tests::alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, StatsAlloc};
 use http::{Request, Uri};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
@@ -52,15 +52,7 @@ where
     for _ in 0..WARM_UP {
         once().await;
     }
-    let region = Region::new(GLOBAL);
-    for _ in 0..CALLS {
-        once().await;
-    }
-    let change = region.change();
-    (
-        (change.allocations + CALLS / 2) / CALLS,
-        (change.reallocations + CALLS / 2) / CALLS,
-    )
+    alloc::per_call(GLOBAL, CALLS, once).await
 }
 
 #[test]

@@ -12,7 +12,7 @@
 mod tonic_common;
 
 use fusebox::{CircuitBreakerConfig, Policy, RetryConfig};
-use fusebox_tests::alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, StatsAlloc};
 use std::alloc::System;
 use std::time::Duration;
 use tonic::Code;
@@ -33,23 +33,19 @@ where
     <S::ResponseBody as http_body::Body>::Error: Into<fusebox::BoxError>,
     S::Error: Into<fusebox::BoxError>,
 {
-    let call = || tonic::Request::new(Tick { n: 1 });
+    let mut once = async || {
+        unary(
+            &mut grpc,
+            "/test.Feed/Deadline",
+            tonic::Request::new(Tick { n: 1 }),
+        )
+        .await
+        .expect("a healthy call");
+    };
     for _ in 0..WARM_UP {
-        unary(&mut grpc, "/test.Feed/Deadline", call())
-            .await
-            .expect("a healthy call");
+        once().await;
     }
-    let region = Region::new(GLOBAL);
-    for _ in 0..CALLS {
-        unary(&mut grpc, "/test.Feed/Deadline", call())
-            .await
-            .expect("a healthy call");
-    }
-    let change = region.change();
-    (
-        (change.allocations + CALLS / 2) / CALLS,
-        (change.reallocations + CALLS / 2) / CALLS,
-    )
+    alloc::per_call(GLOBAL, CALLS, once).await
 }
 
 #[test]

@@ -54,6 +54,20 @@ impl<'a> Call<'a> {
     }
 }
 
+/// The nine standard methods of RFC 9110, in `http`'s order. They clone without
+/// allocating (an extension method's clone allocates).
+pub const STANDARD_METHODS: [Method; 9] = [
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::HEAD,
+    Method::OPTIONS,
+    Method::PATCH,
+    Method::CONNECT,
+    Method::TRACE,
+];
+
 /// Whether a request may be sent again: an idempotent method (RFC 9110 §9.2.2: GET, HEAD,
 /// OPTIONS, TRACE, PUT, DELETE) or an `Idempotency-Key` header.
 pub fn is_safe_to_repeat<B>(request: &Request<B>) -> bool {

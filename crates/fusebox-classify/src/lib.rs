@@ -62,7 +62,7 @@ pub mod route;
 pub mod shard;
 
 pub use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
-pub use crate::call::{Call, IDEMPOTENCY_KEY, is_idempotent, is_safe_to_repeat};
+pub use crate::call::{Call, IDEMPOTENCY_KEY, STANDARD_METHODS, is_idempotent, is_safe_to_repeat};
 pub use crate::classifier::{Classifier, Protocol, StandardClassifier, classify_error_chain};
 pub use crate::clock::{Clock, Nanos};
 pub use crate::config::{ConfigError, Problem, Validator};

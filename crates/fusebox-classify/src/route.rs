@@ -16,7 +16,7 @@
 //! function of the table and those inputs, so a remembered one is always the one matching
 //! would give.
 
-use crate::call::{Call, is_idempotent};
+use crate::call::{Call, STANDARD_METHODS, is_idempotent};
 use crate::classifier::{Classifier, StandardClassifier};
 use crate::config::{ConfigError, Validator};
 use http::{Method, Request};
@@ -190,23 +190,6 @@ thread_local! {
     };
 }
 
-/// Whether `method` is one of the standard methods, which clone without allocating.
-fn is_standard(method: &Method) -> bool {
-    [
-        Method::GET,
-        Method::POST,
-        Method::PUT,
-        Method::DELETE,
-        Method::HEAD,
-        Method::OPTIONS,
-        Method::PATCH,
-        Method::CONNECT,
-        Method::TRACE,
-    ]
-    .iter()
-    .any(|m| m == method)
-}
-
 impl Matcher {
     /// The route for `method` and `path`: remembered from the last resolution on this
     /// thread when that was the same question, else matched (and remembered).
@@ -230,7 +213,7 @@ impl Matcher {
                 }
                 let route = self.lookup(method, path);
                 // Extension methods are not remembered: cloning one allocates.
-                if is_standard(method) {
+                if STANDARD_METHODS.contains(method) {
                     last.matcher = self.id;
                     last.method = method.clone();
                     last.len = bytes.len();

@@ -9,22 +9,14 @@
 //! limiter's small table of the extension methods it has seen.
 
 use crate::limiter::{Limiter, micros};
-use fusebox_classify::{Call, Classifier, Nanos, RouteId, Verdict, is_idempotent};
+use fusebox_classify::{
+    Call, Classifier, Nanos, RouteId, STANDARD_METHODS, Verdict, is_idempotent,
+};
 use http::{Method, Request};
 use std::sync::{Mutex, PoisonError};
 
 /// The standard methods, in code order.
-const STANDARD: [Method; 9] = [
-    Method::GET,
-    Method::POST,
-    Method::PUT,
-    Method::DELETE,
-    Method::HEAD,
-    Method::OPTIONS,
-    Method::PATCH,
-    Method::CONNECT,
-    Method::TRACE,
-];
+const STANDARD: [Method; 9] = STANDARD_METHODS;
 
 /// The most extension methods a limiter remembers; further ones share the last code.
 const MAX_EXTENSIONS: usize = 255 - STANDARD.len();
