@@ -30,6 +30,7 @@
 
 use bytes::Bytes;
 use criterion::{Criterion, criterion_group, criterion_main};
+use fusebox_benches::services::unavailable;
 use fusebox_benches::{Client, Tasks, current_thread, group_name, measure, one_task, two_workers};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
 use fusebox_classify::{Route, RouteTable};
@@ -335,11 +336,7 @@ fn open_group(c: &mut Criterion) {
             .build()
             .expect("a valid breaker config"),
     );
-    let failing = tower::service_fn(|_: Request<()>| async {
-        let mut response = Response::new(Empty::<Bytes>::new());
-        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-        Ok::<_, Infallible>(response)
-    });
+    let failing = unavailable();
     let tripped = warmed(&rt, Tower(tripped_layer.layer(failing)));
     assert_eq!(
         tripped_layer.handle().state(),

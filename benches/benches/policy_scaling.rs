@@ -30,7 +30,7 @@
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use fusebox::{CircuitBreakerConfig, Policy, PolicyBuilder, RetryConfig};
-use fusebox_benches::services::URI;
+use fusebox_benches::services::{URI, unavailable};
 use fusebox_benches::{Client, Tasks, current_thread, group_name, measure, one_task, two_workers};
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
@@ -233,11 +233,7 @@ fn open_group(c: &mut Criterion) {
         )
         .build()
         .expect("a valid policy");
-    let failing = tower::service_fn(|_: Request<_>| async {
-        let mut response = Response::new(Empty::<Bytes>::new());
-        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-        Ok::<_, Infallible>(response)
-    });
+    let failing = unavailable();
     let tripped = warmed(Tower(tripped_policy.layer(failing)));
     assert_eq!(
         tripped_policy

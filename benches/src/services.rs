@@ -1,6 +1,6 @@
 //! The services and policies the client-side benches put at both ends of a stack: the bare
-//! inner service, the request URI, and tower's own retry policy over a `TpsBudget` (the
-//! peer fusebox's retry layer and Policy are measured against).
+//! inner service, a failing one, the request URI, and tower's own retry policy over a
+//! `TpsBudget` (the peer fusebox's retry layer and Policy are measured against).
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -26,6 +26,24 @@ pub fn ready_ok<B>()
 + Sync
 + 'static {
     tower::service_fn(|_: Request<B>| std::future::ready(Ok(Response::new(Empty::new()))))
+}
+
+/// A dependency that is down: answers 503 at once, from a small `async` block (no response
+/// carried in the future), allocates nothing. For tripping a breaker before timing its
+/// rejections.
+pub fn unavailable<B>() -> impl Service<
+    Request<B>,
+    Response = Response<Empty<Bytes>>,
+    Error = Infallible,
+    Future = impl std::future::Future<Output = Reply> + Send + 'static,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(|_: Request<B>| async {
+        let mut response = Response::new(Empty::new());
+        *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+        Ok(response)
+    })
 }
 
 /// tower's retry policy over a `TpsBudget`, as tower's documentation builds one: clone the
