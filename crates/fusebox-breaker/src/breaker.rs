@@ -164,9 +164,18 @@ pub(crate) fn lease<C, St>(leases: &Leases<C, St>) -> Owner<C, St> {
     Owner::Lease(leases.lease())
 }
 
-/// The right to report one call's result, exactly once. Dropped unreported (the caller
-/// cancelled), it gives its permit back.
-pub(crate) struct Guard<C: Classifier, St: Store> {
+/// The right to report one admitted call's result, exactly once. Dropped unreported (the
+/// caller cancelled), it gives its permit back (a half-open probe's included) and counts
+/// nothing.
+///
+/// Made by [`CircuitBreaker::admit`](crate::CircuitBreaker::admit) and
+/// [`KeyedCircuitBreaker::admit`](crate::KeyedCircuitBreaker::admit), for a service that
+/// runs the breaker as one stage of its own future (fusebox's `Policy`): classify the
+/// response head ([`classify_response`](Self::classify_response)) and record the verdict
+/// ([`finish_in_place`](Self::finish_in_place)), or, for a verdict in the trailers, hand
+/// the guard to the response body ([`at_end_of_stream`](Self::at_end_of_stream)); for an
+/// error, [`classify_error`](Self::classify_error) then [`finish`](Self::finish).
+pub struct Guard<C: Classifier, St: Store> {
     breaker: Owner<C, St>,
     permit: Permit,
     meta: CallMeta,
@@ -187,13 +196,10 @@ impl<C: Classifier, St: Store> fmt::Debug for Guard<C, St> {
 }
 
 impl<C: Classifier, St: Store> Guard<C, St> {
-    /// Classifies a response head: a verdict now, or `None` when it waits for the trailers.
+    /// Classifies a response head with the call's route's classifier: a verdict now, or
+    /// `None` when it waits for the trailers.
     #[inline]
-    pub(crate) fn classify_response(
-        &self,
-        status: StatusCode,
-        headers: &HeaderMap,
-    ) -> Option<Verdict> {
+    pub fn classify_response(&self, status: StatusCode, headers: &HeaderMap) -> Option<Verdict> {
         let b = &self.breaker;
         let call = self.meta.call(&b.table);
         match b
@@ -207,7 +213,9 @@ impl<C: Classifier, St: Store> Guard<C, St> {
         }
     }
 
-    pub(crate) fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
+    /// Classifies an error with the call's route's classifier (an [`Overloaded`] counts
+    /// as a failure if the breaker says so: `count_overloaded`).
+    pub fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
         let b = &self.breaker;
         let call = self.meta.call(&b.table);
         let verdict = b
@@ -243,14 +251,14 @@ impl<C: Classifier, St: Store> Guard<C, St> {
 
     /// Records `verdict` (slowness measured now).
     #[inline]
-    pub(crate) fn finish(mut self, verdict: Verdict) {
+    pub fn finish(mut self, verdict: Verdict) {
         self.finish_in_place(verdict);
     }
 
     /// Records `verdict` (slowness measured now) without moving the guard; it must not
     /// record again (dropping it afterwards releases nothing).
     #[inline]
-    pub(crate) fn finish_in_place(&mut self, verdict: Verdict) {
+    pub fn finish_in_place(&mut self, verdict: Verdict) {
         let (slow, now) = self.measure();
         self.finish_measured(verdict.outcome(), slow, now);
     }
@@ -278,7 +286,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     }
 
     /// Hands the guard to the response body, measuring slowness now (time to headers).
-    pub(crate) fn at_end_of_stream(self) -> EosRecorder<C, St> {
+    pub fn at_end_of_stream(self) -> EosRecorder<C, St> {
         let (slow, _) = self.measure();
         EosRecorder { guard: self, slow }
     }

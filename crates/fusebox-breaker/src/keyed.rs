@@ -6,12 +6,13 @@
 //! on (a breaker that is not closed is never evicted to make room; a key in use is never
 //! forgotten as idle) belong with the public type.
 
-use crate::breaker::{Breaker, BreakerHandle, Control};
+use crate::breaker::{Breaker, BreakerHandle, Control, Guard};
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::state::{Command, State};
 use crate::store::{MakeStore, Store, StoreSpec};
+use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
 use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
 use http_body::Body;
@@ -481,6 +482,24 @@ impl<S: fmt::Debug, F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreake
     }
 }
 
+impl<S, F: KeyFn, C: Classifier, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
+    /// Admits `request` on its key's breaker or rejects it, without calling the inner
+    /// service: for a service that runs the breaker as one stage of its own future (see
+    /// [`Guard`]). [`call`](Service::call) is this, then the inner call.
+    pub fn admit<B>(&self, request: &Request<B>) -> Result<Guard<C, M::Store>, CircuitOpen> {
+        let meta = self.shared.table.meta(request);
+        let head = RequestHead {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+            route: meta.route(),
+            route_name: self.shared.table.name(meta.route()),
+        };
+        self.shared.breaker_for(&head).admit(meta)
+    }
+}
+
 impl<S, F: KeyFn, C, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
@@ -514,17 +533,7 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let meta = self.shared.table.meta(&request);
-        let head = RequestHead {
-            method: request.method(),
-            uri: request.uri(),
-            headers: request.headers(),
-            extensions: request.extensions(),
-            route: meta.route(),
-            route_name: self.shared.table.name(meta.route()),
-        };
-        let breaker = self.shared.breaker_for(&head);
-        match breaker.admit(meta) {
+        match self.admit(&request) {
             Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
             Err(open) => ResponseFuture::rejected(open),
         }

@@ -80,7 +80,7 @@ pub mod state;
 pub mod store;
 pub mod window;
 
-pub use crate::breaker::{BreakerHandle, EosRecorder};
+pub use crate::breaker::{BreakerHandle, EosRecorder, Guard};
 pub use crate::config::{CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, WindowConfig};
 pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};

@@ -1,8 +1,9 @@
 //! The breaker service.
 
-use crate::breaker::{BreakerHandle, Leases, lease};
+use crate::breaker::{BreakerHandle, Guard, Leases, lease};
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::store::{MemoryStore, Store};
+use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
@@ -40,6 +41,16 @@ impl<S, C, St> CircuitBreaker<S, C, St> {
 }
 
 impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
+    /// Admits `request` or rejects it, without calling the inner service: for a service
+    /// that runs the breaker as one stage of its own future (see [`Guard`]).
+    /// [`call`](Service::call) is this, then the inner call.
+    #[inline(always)]
+    pub fn admit<B>(&self, request: &Request<B>) -> Result<Guard<C, St>, CircuitOpen> {
+        let leases = &*self.breaker;
+        let meta = leases.table.meta(request);
+        leases.admit_with(meta, || lease(leases))
+    }
+
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
         BreakerHandle::new(self.breaker.shared().clone())
@@ -85,9 +96,7 @@ where
 
     #[inline(always)]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let leases = &*self.breaker;
-        let meta = leases.table.meta(&request);
-        match leases.admit_with(meta, || lease(leases)) {
+        match self.admit(&request) {
             Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
             Err(open) => ResponseFuture::rejected(open),
         }

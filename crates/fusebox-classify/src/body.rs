@@ -16,7 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 /// How a response stream ended.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub enum StreamEnd<'a> {
     /// The stream ended normally, with these trailers (or none).
     Trailers(Option<&'a HeaderMap>),

@@ -1,21 +1,17 @@
 //! The response future: waits in the queue if it has to, calls the inner service, and
 //! hands the permit to the response body or gives it back.
 
-use crate::adaptive::CallInfo;
-use crate::body::{Completion, Pending, ResponseBody};
-use crate::config::Release;
-use crate::limiter::{Permit, Shed, Ticket};
+use crate::admission::{Admitted, Queued};
+use crate::body::ResponseBody;
 use fusebox_classify::error::Overloaded;
-use fusebox_classify::{BoxError, Classified, ClassifiedBody, Classifier};
+use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
 use http::{Request, Response};
 use http_body::Body;
 use pin_project::pin_project;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 /// The future of a [`ConcurrencyLimit`](crate::ConcurrencyLimit) call.
@@ -29,8 +25,7 @@ where
 {
     #[pin]
     state: State<S, B, C>,
-    permit: Option<Permit<C>>,
-    call: Option<CallInfo>,
+    admitted: Option<Admitted<C>>,
 }
 
 #[pin_project(project = StateProj)]
@@ -54,13 +49,11 @@ where
     Done,
 }
 
-/// A call waiting for a permit.
+/// A call waiting for a permit, with what it needs to be sent once admitted.
 #[pin_project(project = WaiterProj)]
 struct Waiter<S, B, C> {
-    ticket: Ticket<C>,
-    deadline: Instant,
     #[pin]
-    sleep: Option<Sleep>,
+    queued: Queued<C>,
     service: Option<S>,
     request: Option<Request<B>>,
 }
@@ -69,41 +62,31 @@ impl<S, B, C> ResponseFuture<S, B, C>
 where
     S: Service<Request<B>>,
 {
-    pub(crate) fn called(future: S::Future, permit: Permit<C>, call: Option<CallInfo>) -> Self {
+    #[inline]
+    pub(crate) fn called(future: S::Future, admitted: Admitted<C>) -> Self {
         ResponseFuture {
             state: State::Called { future },
-            permit: Some(permit),
-            call,
+            admitted: Some(admitted),
         }
     }
 
-    pub(crate) fn queued(
-        ticket: Ticket<C>,
-        deadline: Instant,
-        service: S,
-        request: Request<B>,
-        call: Option<CallInfo>,
-    ) -> Self {
+    pub(crate) fn queued(queued: Queued<C>, service: S, request: Request<B>) -> Self {
         ResponseFuture {
             state: State::Queued {
                 waiter: Box::pin(Waiter {
-                    ticket,
-                    deadline,
-                    sleep: None,
+                    queued,
                     service: Some(service),
                     request: Some(request),
                 }),
             },
-            permit: None,
-            call,
+            admitted: None,
         }
     }
 
     pub(crate) fn shed(error: Overloaded) -> Self {
         ResponseFuture {
             state: State::Shed { error: Some(error) },
-            permit: None,
-            call: None,
+            admitted: None,
         }
     }
 }
@@ -121,7 +104,7 @@ where
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
-            .field("permit", &self.permit)
+            .field("admitted", &self.admitted)
             .finish_non_exhaustive()
     }
 }
@@ -145,9 +128,12 @@ where
                 // The spent inner future stays until this one is dropped, as in tower's
                 // futures: replacing it here would cost every call a drop and a copy.
                 let result = ready!(future.poll(cx));
-                return Poll::Ready(finish(result, this.permit, this.call.take()));
+                let Some(admitted) = this.admitted.take() else {
+                    panic!("fusebox_limit::ResponseFuture polled after completion")
+                };
+                return Poll::Ready(finish(result, admitted));
             }
-            ready!(admit(this.state.as_mut(), this.permit, this.call, cx))?;
+            ready!(admit(this.state.as_mut(), this.admitted, cx))?;
         }
     }
 }
@@ -157,51 +143,33 @@ where
 #[inline(never)]
 fn admit<S, B, C>(
     mut state: Pin<&mut State<S, B, C>>,
-    slot: &mut Option<Permit<C>>,
-    call: &mut Option<CallInfo>,
+    slot: &mut Option<Admitted<C>>,
     cx: &mut Context<'_>,
 ) -> Poll<Result<(), BoxError>>
 where
     S: Service<Request<B>>,
+    C: Classifier,
 {
     match state.as_mut().project() {
         StateProj::Called { .. } => Poll::Ready(Ok(())),
         StateProj::Queued { waiter } => {
             let WaiterProj {
-                ticket,
-                deadline,
-                mut sleep,
+                queued,
                 service,
                 request,
             } = waiter.as_mut().project();
-            let permit = match ticket.poll(cx) {
-                Poll::Ready(permit) => permit,
-                Poll::Pending => {
-                    if sleep.is_none() {
-                        sleep.set(Some(tokio::time::sleep_until(*deadline)));
-                    }
-                    if let Some(sleep) = sleep.as_pin_mut() {
-                        ready!(sleep.poll(cx));
-                    }
-                    // Out of time; a permit granted at the last moment still wins.
-                    match ticket.cancel() {
-                        Some(permit) => permit,
-                        None => {
-                            let error = ticket.limiter().shed(Shed::QueueTimeout);
-                            state.set(State::Done);
-                            return Poll::Ready(Err(error.into()));
-                        }
-                    }
+            let admitted = match ready!(queued.poll_admit(cx)) {
+                Ok(admitted) => admitted,
+                Err(error) => {
+                    state.set(State::Done);
+                    return Poll::Ready(Err(error.into()));
                 }
             };
             let (Some(mut service), Some(request)) = (service.take(), request.take()) else {
                 unreachable!("a queued call holds its service and request until admitted")
             };
-            if let Some(call) = call.as_mut() {
-                call.admitted(permit.limiter().clock.now());
-            }
             let future = service.call(request);
-            *slot = Some(permit);
+            *slot = Some(admitted);
             state.set(State::Called { future });
             Poll::Ready(Ok(()))
         }
@@ -217,97 +185,33 @@ where
     }
 }
 
-/// Classifies the outcome for an adaptive limit and decides who gives the permit back.
-///
-/// The permit is released in place (not moved around) on the common path: every byte a
-/// healthy call moves shows in the benchmarks.
+/// Reports the outcome to the limit and hands the body what it still owes it.
 #[inline]
 fn finish<ResB, E, C>(
     result: Result<Response<ResB>, E>,
-    permit: &mut Option<Permit<C>>,
-    call: Option<CallInfo>,
+    admitted: Admitted<C>,
 ) -> Result<Response<ResponseBody<ResB, C>>, BoxError>
 where
     ResB: Body,
     E: Into<BoxError>,
     C: Classifier,
 {
-    let hold = match permit {
-        Some(p) => p.limiter().release == Release::AtEndOfBody,
-        // The permit is taken with the result: only a second poll finds it gone.
-        None => panic!("fusebox_limit::ResponseFuture polled after completion"),
-    };
     match result {
-        Ok(response) if call.is_none() && !hold => {
-            *permit = None;
+        Ok(response) if admitted.is_plain() => {
+            drop(admitted);
             Ok(response.map(ClassifiedBody::passthrough))
         }
-        Ok(response) => Ok(classify(response, permit, call, hold)),
-        Err(error) => Err(fail(error.into(), permit, call)),
-    }
-}
-
-/// A failed call: classified for an adaptive limit, and its permit given back.
-#[cold]
-#[inline(never)]
-fn fail<C: Classifier>(
-    error: BoxError,
-    permit: &mut Option<Permit<C>>,
-    call: Option<CallInfo>,
-) -> BoxError {
-    if let (Some(call), Some(p)) = (call, permit.as_ref()) {
-        let limiter = p.limiter();
-        let verdict = call.classify(limiter, |c, call| c.classify_error(call, &*error));
-        call.record(limiter, verdict);
-    }
-    *permit = None;
-    error
-}
-
-/// The response of an adaptive call, or of one whose body holds the permit.
-#[inline(never)]
-fn classify<ResB, C>(
-    response: Response<ResB>,
-    slot: &mut Option<Permit<C>>,
-    call: Option<CallInfo>,
-    hold: bool,
-) -> Response<ResponseBody<ResB, C>>
-where
-    ResB: Body,
-    C: Classifier,
-{
-    let Some(permit) = slot.take() else {
-        unreachable!("a called future holds its permit")
-    };
-    let (parts, body) = response.into_parts();
-    let mut at_end = None;
-    if let Some(call) = call {
-        let limiter = permit.limiter();
-        let classified = call.classify(limiter, |c, call| {
-            c.classify_response(call, parts.status, &parts.headers)
-        });
-        match classified {
-            Classified::Ready(verdict) => call.record(limiter, verdict),
-            Classified::AtEndOfStream => at_end = Some(call),
+        Ok(response) => {
+            let completion = admitted.on_response(response.status(), response.headers());
+            Ok(response.map(|body| match completion {
+                Some(completion) => ClassifiedBody::new(body, completion),
+                None => ClassifiedBody::passthrough(body),
+            }))
+        }
+        Err(error) => {
+            let error = error.into();
+            admitted.on_error(&*error);
+            Err(error)
         }
     }
-    let body = match (at_end, hold) {
-        (None, false) => {
-            drop(permit);
-            ClassifiedBody::passthrough(body)
-        }
-        (None, true) => ClassifiedBody::new(body, Completion::release(permit)),
-        (Some(call), hold) => {
-            let lane = Arc::clone(permit.lane());
-            let permit = if hold {
-                Some(permit)
-            } else {
-                drop(permit);
-                None
-            };
-            let pending = Pending { lane, permit, call };
-            ClassifiedBody::new(body, Completion::record(pending))
-        }
-    };
-    Response::from_parts(parts, body)
 }

@@ -150,6 +150,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod adaptive;
+mod admission;
 pub mod algorithm;
 mod body;
 mod config;
@@ -162,6 +163,7 @@ mod service;
 #[cfg(test)]
 mod tests;
 
+pub use crate::admission::{Acquire, Admitted, Queued};
 pub use crate::body::{Completion, ResponseBody};
 pub use crate::config::{
     AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitConfigBuilder, DEFAULT_NAME, Limit,

@@ -1,11 +1,13 @@
 //! The service: admits each call in `call`, never in `poll_ready`.
 
 use crate::adaptive::CallInfo;
+use crate::admission::{Acquire, Admitted, Queued};
 use crate::body::ResponseBody;
 use crate::future::ResponseFuture;
 use crate::limiter::{Lane, Lanes};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitioner, Unpartitioned};
+use fusebox_classify::shard::Leases;
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
@@ -110,49 +112,62 @@ where
 
     #[inline(always)]
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let index = self.lane(self.partitioner.partition(&request));
-        let lane = &self.lanes[index];
-        let limiter = lane.limiter();
-        let mut call = if limiter.is_adaptive() {
-            Some(CallInfo::new(limiter, &request))
-        } else {
-            None
-        };
-        match Lane::try_acquire(lane) {
-            Some(permit) => {
-                if let Some(call) = call.as_mut() {
-                    call.admitted(limiter.clock.now());
-                }
-                ResponseFuture::called(self.inner.call(request), permit, call)
+        match self.acquire(&request) {
+            Acquire::Admitted(admitted) => {
+                ResponseFuture::called(self.inner.call(request), admitted)
             }
-            None => self.wait_or_shed(index, request, call),
+            Acquire::Queued(queued) => self.wait(queued, request),
+            Acquire::Shed(error) => ResponseFuture::shed(error),
         }
     }
 }
 
-impl<S, C, P> ConcurrencyLimit<S, C, P> {
+impl<S, C: Classifier, P> ConcurrencyLimit<S, C, P> {
+    /// Admits `request`, queues it or sheds it, without calling the inner service: for a
+    /// service that runs the limit as one stage of its own future (see [`Acquire`]).
+    /// [`call`](Service::call) is this, then the inner call.
+    #[inline]
+    pub fn acquire<B>(&self, request: &Request<B>) -> Acquire<C>
+    where
+        P: Partitioner<B>,
+    {
+        let index = self.lane(self.partitioner.partition(request));
+        let lane = &self.lanes[index];
+        let limiter = lane.limiter();
+        let call = if limiter.is_adaptive() {
+            Some(CallInfo::new(limiter, request))
+        } else {
+            None
+        };
+        match Lane::try_acquire(lane) {
+            Some(permit) => Acquire::Admitted(Admitted::new(permit, call)),
+            None => Self::enqueue(lane, call),
+        }
+    }
+
     /// A call that found the limit full: queued if there is a queue with room, else shed.
     #[inline(never)]
-    fn wait_or_shed<B>(
-        &mut self,
-        index: usize,
-        request: Request<B>,
-        call: Option<CallInfo>,
-    ) -> ResponseFuture<S, B, C>
-    where
-        S: Service<Request<B>> + Clone,
-    {
-        let lane = &self.lanes[index];
+    fn enqueue(lane: &Leases<Lane<C>>, call: Option<CallInfo>) -> Acquire<C> {
         let limiter = lane.limiter();
         match Lane::enqueue(lane) {
             Ok(ticket) => {
                 let max_wait = limiter.queue.map(|q| q.max_wait()).unwrap_or_default();
                 let deadline = tokio::time::Instant::now() + max_wait;
-                let fresh = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, fresh);
-                ResponseFuture::queued(ticket, deadline, ready, request, call)
+                Acquire::Queued(Queued::new(ticket, deadline, call))
             }
-            Err(why) => ResponseFuture::shed(limiter.shed(why)),
+            Err(why) => Acquire::Shed(limiter.shed(why)),
         }
+    }
+
+    /// A queued call takes the service the caller polled ready with it; this service
+    /// keeps a fresh clone.
+    #[inline(never)]
+    fn wait<B>(&mut self, queued: Queued<C>, request: Request<B>) -> ResponseFuture<S, B, C>
+    where
+        S: Service<Request<B>> + Clone,
+    {
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        ResponseFuture::queued(queued, ready, request)
     }
 }

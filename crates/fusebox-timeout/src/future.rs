@@ -16,15 +16,11 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 /// The response future of [`Timeout`](crate::Timeout): the inner call raced against its
-/// timer.
+/// [`Bound`].
 ///
-/// Its timer is a [`Sleep`] pinned inside it: nothing is boxed. The `Sleep` is made only
-/// when the inner call first returns `Pending`, for the instant fixed when the call was
-/// made: a call that answers on its first poll (a handler that answers at once, a cached
-/// response) never makes one — making one clones tokio's runtime handle, an atomic
-/// increment and decrement on a count every thread shares. Fails with [`Elapsed`] when the
-/// timer fires first, and with [`DeadlineExceeded`] at once when the caller's deadline had
-/// passed before the call (the inner service was not called: no inner future).
+/// Fails with [`Elapsed`] when the timer fires first, and with [`DeadlineExceeded`] at once
+/// when the caller's deadline had passed before the call (the inner service was not
+/// called: no inner future).
 #[pin_project]
 #[derive(Debug)]
 pub struct ResponseFuture<F> {
@@ -32,64 +28,103 @@ pub struct ResponseFuture<F> {
     inner: Option<F>,
     #[pin]
     timer: Timer,
+    bound: Bound,
+}
+
+/// How long one call may take to answer: the instant its time is up, and what to report
+/// then. Race the call against it with a [`Timer`].
+///
+/// Made by [`Timeout::bound`](crate::Timeout::bound), for a service that runs the timeout
+/// as one stage of its own future (fusebox's `Policy`); [`Timeout`](crate::Timeout)'s own
+/// future is the inner call, a `Bound` and a `Timer`.
+#[derive(Debug)]
+pub struct Bound {
+    at: Instant,
     route: Arc<Lease<str>>,
     limit: Duration,
 }
 
-/// The timer of a call: when it fires, then the `Sleep` armed for that instant.
-#[pin_project(project = TimerProj)]
-#[derive(Debug)]
-enum Timer {
-    /// Not armed yet: the call has not been pending.
-    At(Instant),
-    /// Armed.
-    Armed(#[pin] Sleep),
-}
-
-impl Timer {
+impl Bound {
     /// `timeout` from now; a timeout too long to add fires never (in practice).
     #[inline]
-    fn after(timeout: Duration) -> Timer {
+    pub(crate) fn after(route: Arc<Lease<str>>, timeout: Duration) -> Self {
         let now = Instant::now();
-        Timer::At(
-            now.checked_add(timeout)
+        Bound {
+            at: now
+                .checked_add(timeout)
                 .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30)),
-        )
-    }
-
-    /// Polls the timer, arming it first if needed.
-    #[inline]
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if let TimerProj::At(at) = self.as_mut().project() {
-            let at = *at;
-            self.set(Timer::Armed(tokio::time::sleep_until(at)));
-        }
-        match self.project() {
-            TimerProj::Armed(sleep) => sleep.poll(cx),
-            TimerProj::At(_) => Poll::Pending,
-        }
-    }
-}
-
-impl<F> ResponseFuture<F> {
-    /// A call bounded by `timeout` from now.
-    #[inline]
-    pub(crate) fn new(inner: F, route: Arc<Lease<str>>, timeout: Duration) -> Self {
-        ResponseFuture {
-            inner: Some(inner),
-            timer: Timer::after(timeout),
             route,
             limit: timeout,
         }
     }
 
-    /// A call bounded by a caller's deadline: its timer fires at `until`, `limit` from now.
-    pub(crate) fn until(inner: F, route: Arc<Lease<str>>, until: Instant, limit: Duration) -> Self {
+    /// Until `at`, `limit` from now (a caller's deadline).
+    pub(crate) fn until(route: Arc<Lease<str>>, at: Instant, limit: Duration) -> Self {
+        Bound { at, route, limit }
+    }
+
+    /// The time the call was given.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// When the time is up.
+    pub fn deadline(&self) -> Instant {
+        self.at
+    }
+}
+
+/// The timer that races a call against its [`Bound`].
+///
+/// A [`Sleep`] pinned in place: nothing is boxed. It is made only when first polled, for
+/// the bound's instant: poll the call first, and a call that answers on its first poll (a
+/// handler that answers at once, a cached response) never makes one — making one clones
+/// tokio's runtime handle, an atomic increment and decrement on a count every thread
+/// shares. Kept apart from the [`Bound`] so that a call's bound, small, can be moved while
+/// its timer is not yet made.
+#[pin_project]
+#[derive(Debug, Default)]
+pub struct Timer {
+    #[pin]
+    sleep: Option<Sleep>,
+}
+
+impl Timer {
+    /// A timer not armed yet.
+    #[inline]
+    pub fn new() -> Self {
+        Timer { sleep: None }
+    }
+
+    /// Ready with an [`Elapsed`] error (counted in the timeout's metrics) once `bound`'s
+    /// time is up; arms the timer, for `bound`'s instant, on the first poll.
+    #[inline]
+    pub fn poll_elapsed(
+        self: Pin<&mut Self>,
+        bound: &Bound,
+        cx: &mut Context<'_>,
+    ) -> Poll<BoxError> {
+        let mut sleep = self.project().sleep;
+        if sleep.is_none() {
+            sleep.set(Some(tokio::time::sleep_until(bound.at)));
+        }
+        if let Some(sleep) = sleep.as_pin_mut() {
+            ready!(sleep.poll(cx));
+        }
+        let route = bound.route.shared();
+        telemetry::elapsed(route, bound.limit, Phase::Headers);
+        Poll::Ready(Box::new(Elapsed::new(Arc::clone(route), bound.limit)))
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    /// A call bounded by `bound`.
+    #[inline]
+    pub(crate) fn new(inner: F, bound: Bound) -> Self {
         ResponseFuture {
             inner: Some(inner),
-            timer: Timer::At(until),
-            route,
-            limit,
+            timer: Timer::new(),
+            bound,
         }
     }
 
@@ -97,9 +132,8 @@ impl<F> ResponseFuture<F> {
     pub(crate) fn expired(route: Arc<Lease<str>>, deadline: Instant) -> Self {
         ResponseFuture {
             inner: None,
-            timer: Timer::At(deadline),
-            route,
-            limit: Duration::ZERO,
+            timer: Timer::new(),
+            bound: Bound::until(route, deadline, Duration::ZERO),
         }
     }
 }
@@ -122,10 +156,7 @@ where
         if let Poll::Ready(result) = inner.poll(cx) {
             return Poll::Ready(result.map_err(Into::into));
         }
-        ready!(this.timer.poll(cx));
-        let route = this.route.shared();
-        telemetry::elapsed(route, *this.limit, Phase::Headers);
-        Poll::Ready(Err(Box::new(Elapsed::new(Arc::clone(route), *this.limit))))
+        Poll::Ready(Err(ready!(this.timer.poll_elapsed(this.bound, cx))))
     }
 }
 

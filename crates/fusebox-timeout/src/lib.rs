@@ -144,7 +144,7 @@ pub use crate::config::{
     DEFAULT_TIMEOUT, DeadlineConfig, DeadlineConfigBuilder, TimeoutConfig, TimeoutConfigBuilder,
 };
 pub use crate::layer::{BodyTimeoutLayer, IncomingDeadlineLayer, TimeoutLayer};
-pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
+pub use crate::service::{BodyTimeout, Expired, IncomingDeadline, Timeout};
 pub use fusebox_classify::Deadline;
 
 #[cfg(test)]

@@ -3,9 +3,10 @@
 use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
-use crate::future::{BodyFuture, ResponseFuture};
+use crate::future::{BodyFuture, Bound, ResponseFuture};
 use crate::telemetry;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
+use fusebox_classify::error::DeadlineExceeded;
 use fusebox_classify::shard::{Lease, Leases};
 use fusebox_classify::{BoxError, Classifier, Deadline, RouteId, RouteTable};
 use http::{HeaderMap, Request, Response};
@@ -130,7 +131,39 @@ where
 
     #[inline(always)]
     fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let id = self.routes.resolve(&request);
+        match self.bound(&mut request) {
+            Ok(bound) => ResponseFuture::new(self.inner.call(request), bound),
+            Err(expired) => ResponseFuture::expired(expired.route, expired.deadline),
+        }
+    }
+}
+
+/// A call whose deadline had passed before it was made.
+#[derive(Debug)]
+pub struct Expired {
+    route: Arc<Lease<str>>,
+    deadline: Instant,
+}
+
+impl Expired {
+    /// The error to fail the call with.
+    pub fn into_error(self) -> BoxError {
+        Box::new(DeadlineExceeded::new())
+    }
+}
+
+impl<S, C: Classifier> Timeout<S, C> {
+    /// How long `request` may take to answer: its route's timeout, or less if its
+    /// [`Deadline`] comes first (then the deadline's headers are written into the request
+    /// when the layer propagates them); [`Expired`] (counted in the metrics) when the
+    /// deadline has passed already and the call must not be made.
+    ///
+    /// For a service that runs the timeout as one stage of its own future (fusebox's
+    /// `Policy`); [`call`](Service::call) is this, then the inner call raced against the
+    /// bound.
+    #[inline]
+    pub fn bound<B>(&self, request: &mut Request<B>) -> Result<Bound, Expired> {
+        let id = self.routes.resolve(request);
         let route_timeout = self
             .routes
             .route(id)
@@ -141,21 +174,24 @@ where
         // An empty `Extensions` answers without hashing: no deadline costs one branch.
         let Some(deadline) = request.extensions().get::<Deadline>().copied() else {
             // The healthy path: one clock read (to start the timer), as tower's Timeout.
-            return ResponseFuture::new(self.inner.call(request), route, route_timeout);
+            return Ok(Bound::after(route, route_timeout));
         };
 
         let now = Instant::now();
         match budget::budget(now, deadline.instant(), route_timeout) {
             Budget::Expired => {
                 telemetry::deadline_exceeded(Arc::clone(route.shared()));
-                ResponseFuture::expired(route, deadline.instant())
+                Err(Expired {
+                    route,
+                    deadline: deadline.instant(),
+                })
             }
             Budget::Run { limit } => {
                 if self.config.propagates() {
                     self.propagate(request.headers_mut(), limit);
                 }
                 // `limit` is at most the time left, so `now + limit` cannot overflow.
-                ResponseFuture::until(self.inner.call(request), route, now + limit, limit)
+                Ok(Bound::until(route, now + limit, limit))
             }
         }
     }

@@ -1,10 +1,8 @@
 //! The response body of a [`PolicyService`](crate::PolicyService).
 
-use crate::policy::store::PolicyStore;
+use crate::policy::guarded::GuardedBody;
 use bytes::Bytes;
-use fusebox_breaker::EosRecorder;
-use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
-use fusebox_limit::Completion;
+use fusebox_classify::{BoxError, Classifier};
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 use std::fmt;
@@ -12,9 +10,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// The body the layers of a policy make of the dependency's body `B`: the breaker's and
-/// the limit's end-of-stream bookkeeping around it.
-pub type StackBody<B, C> =
-    ClassifiedBody<ClassifiedBody<B, Completion<C>>, EosRecorder<C, PolicyStore>>;
+/// the limit's end-of-stream bookkeeping around it, in one wrapper.
+pub type StackBody<B, C> = GuardedBody<B, C>;
 
 /// The response body of a policy: the dependency's body as the layers wrap it, or the body
 /// of a [fallback](crate::Fallback) response.
@@ -62,13 +59,7 @@ impl<B, C: Classifier> PolicyBody<B, C> {
             Kind::Inner(outer) => outer,
             kind => return Err(PolicyBody { kind }),
         };
-        match outer.into_inner() {
-            Ok(limited) => match limited.into_inner() {
-                Ok(body) => Ok(body),
-                Err(limited) => Err(PolicyBody::inner(ClassifiedBody::passthrough(limited))),
-            },
-            Err(outer) => Err(PolicyBody::inner(outer)),
-        }
+        outer.into_inner().map_err(PolicyBody::inner)
     }
 }
 

@@ -67,6 +67,7 @@
 mod body;
 mod fallback;
 mod future;
+pub mod guarded;
 mod key;
 mod ramp;
 mod service;
@@ -76,6 +77,7 @@ mod store;
 pub use self::body::{PolicyBody, StackBody};
 pub use self::fallback::{FALLBACKS_TOTAL, Fallback, FallbackContext, FallbackReason};
 pub use self::future::ResponseFuture;
+use self::guarded::{BreakerPart, Guarded, Parts};
 pub use self::key::{BreakerKey, KeyBy};
 pub use self::ramp::RecoveryRamp;
 pub use self::service::PolicyService;
@@ -587,6 +589,15 @@ impl<C: Classifier> PolicyBuilder<C> {
         };
         let retry = retry.map(|r| RetryBudgetLayer::new(r, routes.clone()));
         let fallback = fallback.map(|f| Armed::new(f, on_route.into_boxed_slice(), &self.name));
+        let parts = Arc::new(Parts {
+            breaker: match &breaker {
+                BreakerLayer::Off => BreakerPart::Off,
+                BreakerLayer::Single(b) => BreakerPart::Single(b.layer(())),
+                BreakerLayer::Keyed(b) => BreakerPart::Keyed(b.layer(())),
+            },
+            limit: limit.as_ref().map(|l| l.layer(())),
+            timeout: timeout.as_ref().map(|t| t.layer(())),
+        });
         Ok(Policy {
             inner: Arc::new(PolicyLayers {
                 retry,
@@ -594,6 +605,7 @@ impl<C: Classifier> PolicyBuilder<C> {
                 limit,
                 timeout,
                 store,
+                parts,
                 shared: Arc::new(Shared {
                     name: self.name,
                     routes,
@@ -627,6 +639,8 @@ pub(crate) struct PolicyLayers<C> {
     timeout: Option<TimeoutLayer<C>>,
     /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
     store: BreakerStore,
+    /// The breaker, limit and timeout as the fused stage consults them.
+    parts: Arc<Parts<C>>,
     shared: Arc<Shared<C>>,
 }
 
@@ -772,24 +786,12 @@ impl<S, C: Classifier> Layer<S> for Policy<C> {
     type Service = PolicyService<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        use self::stack::{BreakerStage, Optional};
+        use self::stack::Optional;
         let l = &*self.inner;
-        let timeout = match &l.timeout {
-            Some(t) => Optional::On(t.layer(inner)),
-            None => Optional::Off(inner),
-        };
-        let limit = match &l.limit {
-            Some(layer) => Optional::On(layer.layer(timeout)),
-            None => Optional::Off(timeout),
-        };
-        let breaker = match &l.breaker {
-            BreakerLayer::Off => BreakerStage::Off(limit),
-            BreakerLayer::Single(b) => BreakerStage::Single(b.layer(limit)),
-            BreakerLayer::Keyed(b) => BreakerStage::Keyed(b.layer(limit)),
-        };
+        let guarded = Guarded::new(inner, Arc::clone(&l.parts));
         let retry = match &l.retry {
-            Some(r) => Optional::On(r.layer(breaker)),
-            None => Optional::Off(breaker),
+            Some(r) => Optional::On(r.layer(guarded)),
+            None => Optional::Off(guarded),
         };
         PolicyService::new(retry, Arc::clone(&l.shared))
     }
