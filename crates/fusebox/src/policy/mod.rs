@@ -23,7 +23,10 @@
 //!
 //! A policy is a [`Layer`]: `ServiceBuilder::new().layer(policy).service(client)`. Every
 //! layer is optional, and leaving one out does not change the service's type (see
-//! [`stack`] for how, and what an absent layer costs: one `match`). Its state — the
+//! [`stack`] for how, and what an absent layer costs: one `match`). The breaker, the limit
+//! and the timeout run as one fused stage, one future and one response-body wrapper for
+//! the three ([`guarded`]): they behave exactly as the three layers stacked by hand, for a
+//! fraction of the cost of moving requests, responses and futures between three services. Its state — the
 //! breaker, the limit's permits, the retry budget — is created once, by
 //! [`PolicyBuilder::build`], and shared by every service the policy makes: a framework that
 //! calls [`Layer::layer`] once per route still gets one breaker and one limit.
