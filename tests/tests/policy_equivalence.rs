@@ -1,7 +1,8 @@
 //! A policy runs its circuit breaker, concurrency limit and timeout as one fused stage
 //! (`fusebox::policy::guarded`), not as three stacked services. This property test holds
 //! the fused stage to the stacked layers: random scripts of answers, errors, latencies,
-//! cancellations and pauses go through (a) a `Policy` and (b) `CircuitBreakerLayer` →
+//! cancellations and pauses (and gRPC answers, whose verdict waits for the trailers) go
+//! through (a) a `Policy` and (b) `CircuitBreakerLayer` →
 //! `ConcurrencyLimitLayer` → `TimeoutLayer` stacked by hand with the same configuration,
 //! each on its own paused-time runtime, and every call's outcome, the breaker's state,
 //! generation and window, and the limit's in-flight and waiting counts must be the same
@@ -17,20 +18,34 @@ use fusebox_breaker::BreakerHandle;
 use fusebox_limit::{AimdConfig, LimitHandle, Release};
 use fusebox_timeout::Deadline;
 use futures_util::future::join_all;
-use http::{Request, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::WithTrailers;
 use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
+use std::convert::Infallible;
+use std::future::{Ready, ready};
 use std::sync::Arc;
 use std::time::Duration;
 use tower::{BoxError, Service, ServiceBuilder, ServiceExt, service_fn};
+
+/// What the dependency answers.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    /// An HTTP response with this status.
+    Http(u16),
+    /// A gRPC response (200, `application/grpc`) whose `grpc-status` is in the trailers:
+    /// its verdict is taken at the end of the body.
+    Grpc(u8),
+    /// A transport error.
+    Reset,
+}
 
 /// What the dependency does with one call.
 #[derive(Debug, Clone, Copy)]
 struct Call {
     /// Answers after this long.
     latency_ms: u64,
-    /// With this status, or fails (a transport error) when `None`.
-    status: Option<u16>,
+    answer: Answer,
     /// The caller gives up after this long (drops the call's future).
     cancel_after_ms: Option<u64>,
     /// The request carries a deadline this far ahead (0: already passed).
@@ -54,18 +69,20 @@ fn call() -> impl Strategy<Value = Call> {
     (
         prop_oneof![Just(0u64), Just(10), Just(90), Just(150)],
         prop_oneof![
-            4 => Just(Some(200u16)),
-            3 => Just(Some(503)),
-            1 => Just(Some(429)),
-            1 => Just(Some(404)),
-            1 => Just(None),
+            4 => Just(Answer::Http(200)),
+            3 => Just(Answer::Http(503)),
+            1 => Just(Answer::Http(429)),
+            1 => Just(Answer::Http(404)),
+            1 => Just(Answer::Grpc(0)),
+            1 => Just(Answer::Grpc(14)),
+            1 => Just(Answer::Reset),
         ],
         prop_oneof![6 => Just(None), 1 => Just(Some(5u64)), 1 => Just(Some(60))],
         prop_oneof![6 => Just(None), 1 => Just(Some(0u64)), 1 => Just(Some(40))],
     )
-        .prop_map(|(latency_ms, status, cancel_after_ms, deadline_ms)| Call {
+        .prop_map(|(latency_ms, answer, cancel_after_ms, deadline_ms)| Call {
             latency_ms,
-            status,
+            answer,
             cancel_after_ms,
             deadline_ms,
         })
@@ -129,14 +146,17 @@ fn timeout_config() -> TimeoutConfig {
         .expect("valid timeout config")
 }
 
+/// The dependency's response body: bytes, then trailers for gRPC answers.
+type Reply = WithTrailers<Full<Bytes>, Ready<Option<Result<HeaderMap, Infallible>>>>;
+
 /// The dependency: answers call number `x-call` as the script says.
 fn dependency<B: Send + 'static>(
     script: Arc<Vec<Call>>,
 ) -> impl Service<
     Request<B>,
-    Response = Response<Full<Bytes>>,
+    Response = Response<Reply>,
     Error = BoxError,
-    Future = impl Future<Output = Result<Response<Full<Bytes>>, BoxError>> + Send,
+    Future = impl Future<Output = Result<Response<Reply>, BoxError>> + Send,
 > + Clone
 + Send {
     service_fn(move |request: Request<B>| {
@@ -149,13 +169,24 @@ fn dependency<B: Send + 'static>(
         let call = script[index];
         async move {
             tokio::time::sleep(Duration::from_millis(call.latency_ms)).await;
-            match call.status {
-                Some(status) => {
-                    let mut response = Response::new(Full::new(Bytes::from_static(b"body")));
+            let body = Full::new(Bytes::from_static(b"body"));
+            match call.answer {
+                Answer::Http(status) => {
+                    let mut response = Response::new(body.with_trailers(ready(None)));
                     *response.status_mut() = StatusCode::from_u16(status).expect("valid status");
                     Ok(response)
                 }
-                None => Err(BoxError::from(std::io::Error::from(
+                Answer::Grpc(code) => {
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert("grpc-status", HeaderValue::from(u16::from(code)));
+                    let mut response = Response::new(body.with_trailers(ready(Some(Ok(trailers)))));
+                    response.headers_mut().insert(
+                        http::header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/grpc"),
+                    );
+                    Ok(response)
+                }
+                Answer::Reset => Err(BoxError::from(std::io::Error::from(
                     std::io::ErrorKind::ConnectionReset,
                 ))),
             }
@@ -234,7 +265,14 @@ where
                         Ok(response) => {
                             let status = response.status();
                             let body = response.into_body().collect().await;
-                            format!("{status} body ok: {}", body.is_ok())
+                            let trailers = body
+                                .as_ref()
+                                .ok()
+                                .and_then(|b| b.trailers())
+                                .and_then(|t| t.get("grpc-status"))
+                                .map(|v| format!(", grpc-status {v:?}"))
+                                .unwrap_or_default();
+                            format!("{status} body ok: {}{trailers}", body.is_ok())
                         }
                         Err(error) => describe(&error).to_owned(),
                     }
@@ -322,7 +360,7 @@ proptest! {
 fn a_failing_dependency_opens_the_breaker_in_both() {
     let failing = Call {
         latency_ms: 10,
-        status: Some(503),
+        answer: Answer::Http(503),
         cancel_after_ms: None,
         deadline_ms: None,
     };
