@@ -1,7 +1,7 @@
 //! The response future: waits in the queue if it has to, calls the inner service, and
 //! hands the permit to the response body or gives it back.
 
-use crate::admission::{Admitted, Queued};
+use crate::admission::{Admitted, Dequeued, Queued, Waiting};
 use crate::body::ResponseBody;
 use fusebox_classify::error::Overloaded;
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier};
@@ -41,21 +41,12 @@ where
     // triple the size of every future (and the bytes every healthy call moves around). One
     // allocation for a call that has to wait anyway is the better trade (benches/limit.rs).
     Queued {
-        waiter: Pin<Box<Waiter<S, B, C>>>,
+        waiter: Pin<Box<Waiting<S, B, C>>>,
     },
     Shed {
         error: Option<Overloaded>,
     },
     Done,
-}
-
-/// A call waiting for a permit, with what it needs to be sent once admitted.
-#[pin_project(project = WaiterProj)]
-struct Waiter<S, B, C> {
-    #[pin]
-    queued: Queued<C>,
-    service: Option<S>,
-    request: Option<Request<B>>,
 }
 
 impl<S, B, C> ResponseFuture<S, B, C>
@@ -73,11 +64,7 @@ where
     pub(crate) fn queued(queued: Queued<C>, service: S, request: Request<B>) -> Self {
         ResponseFuture {
             state: State::Queued {
-                waiter: Box::pin(Waiter {
-                    queued,
-                    service: Some(service),
-                    request: Some(request),
-                }),
+                waiter: Box::pin(Waiting::new(queued, service, request)),
             },
             admitted: None,
         }
@@ -153,20 +140,16 @@ where
     match state.as_mut().project() {
         StateProj::Called { .. } => Poll::Ready(Ok(())),
         StateProj::Queued { waiter } => {
-            let WaiterProj {
-                queued,
-                service,
+            let Dequeued {
+                admitted,
+                mut service,
                 request,
-            } = waiter.as_mut().project();
-            let admitted = match ready!(queued.poll_admit(cx)) {
-                Ok(admitted) => admitted,
+            } = match ready!(waiter.as_mut().poll_admit(cx)) {
+                Ok(dequeued) => dequeued,
                 Err(error) => {
                     state.set(State::Done);
                     return Poll::Ready(Err(error.into()));
                 }
-            };
-            let (Some(mut service), Some(request)) = (service.take(), request.take()) else {
-                unreachable!("a queued call holds its service and request until admitted")
             };
             let future = service.call(request);
             *slot = Some(admitted);

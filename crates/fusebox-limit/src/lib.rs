@@ -163,7 +163,7 @@ mod service;
 #[cfg(test)]
 mod tests;
 
-pub use crate::admission::{Acquire, Admitted, Queued};
+pub use crate::admission::{Acquire, Admitted, Dequeued, Queued, Waiting};
 pub use crate::body::{Completion, ResponseBody};
 pub use crate::config::{
     AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitConfigBuilder, DEFAULT_NAME, Limit,

@@ -31,7 +31,7 @@ use crate::policy::key::KeyBy;
 use crate::policy::store::{BreakerStore, PolicyStore};
 use fusebox_breaker::{CircuitBreaker, EosRecorder, Guard, KeyedCircuitBreaker};
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier, OnEndOfStream, StreamEnd};
-use fusebox_limit::{Acquire, Admitted, Completion, ConcurrencyLimit, Queued};
+use fusebox_limit::{Acquire, Admitted, Completion, ConcurrencyLimit, Dequeued, Queued, Waiting};
 use fusebox_timeout::Timeout;
 use fusebox_timeout::future::{Bound, Timer};
 use http::{Request, Response};
@@ -223,9 +223,7 @@ impl<S: Clone, C: Classifier> Guarded<S, C> {
         GuardedFuture {
             state: State::Queued {
                 waiter: Box::pin(Waiter {
-                    queued,
-                    service: Some(ready),
-                    request: Some(request),
+                    waiting: Waiting::new(queued, ready, request),
                     parts: Arc::clone(&self.parts),
                 }),
             },
@@ -274,13 +272,12 @@ where
     Failed { error: Option<BoxError> },
 }
 
-/// A call waiting in the limit's queue, with what it needs to be sent once admitted.
+/// A call waiting in the limit's queue, with what it needs to be sent once admitted (and
+/// the parts, for the timeout's bound then).
 #[pin_project(project = WaiterProj)]
 struct Waiter<S, R, C: Classifier> {
     #[pin]
-    queued: Queued<C>,
-    service: Option<S>,
-    request: Option<Request<R>>,
+    waiting: Waiting<S, R, C>,
     parts: Arc<Parts<C>>,
 }
 
@@ -380,20 +377,15 @@ where
         let StateProj::Queued { waiter } = state.as_mut().project() else {
             return Poll::Ready(());
         };
-        let WaiterProj {
-            queued,
-            service,
-            request,
-            parts,
-        } = waiter.as_mut().project();
-        match ready!(queued.poll_admit(cx)) {
+        let WaiterProj { waiting, parts } = waiter.as_mut().project();
+        match ready!(waiting.poll_admit(cx)) {
             Err(shed) => Err(BoxError::from(shed)),
-            Ok(permit) => {
+            Ok(Dequeued {
+                admitted: permit,
+                mut service,
+                mut request,
+            }) => {
                 *admitted = Some(permit);
-                let (Some(mut service), Some(mut request)) = (service.take(), request.take())
-                else {
-                    unreachable!("a queued call holds its service and request until admitted")
-                };
                 parts
                     .bound(&mut request)
                     .map(|b| (b, service.call(request)))
