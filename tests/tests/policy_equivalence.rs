@@ -1,6 +1,7 @@
 //! A policy runs its circuit breaker, concurrency limit and timeout as one fused stage
-//! (`fusebox::policy::guarded`), not as three stacked services. This property test holds
-//! the fused stage to the stacked layers: random scripts of answers, errors, latencies,
+//! (`fusebox::policy::guarded`), not as three stacked services, with its retry budget (if
+//! any) around it. This property test holds the Policy to the layers stacked by hand
+//! (`RetryBudgetLayer` outermost when there is one): random scripts of answers, errors, latencies,
 //! cancellations and pauses (and gRPC answers, whose verdict waits for the trailers) go
 //! through (a) a `Policy` and (b) `CircuitBreakerLayer` →
 //! `ConcurrencyLimitLayer` → `TimeoutLayer` stacked by hand with the same configuration,
@@ -10,9 +11,11 @@
 
 use bytes::Bytes;
 use fusebox::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
+use fusebox::retry::RetryBudget;
 use fusebox::{
     CircuitBreakerConfig, CircuitBreakerLayer, ConcurrencyLimitConfig, ConcurrencyLimitLayer,
-    Policy, Route, RouteTable, StandardClassifier, TimeoutConfig, TimeoutLayer,
+    Policy, RetryBudgetLayer, RetryConfig, Route, RouteTable, StandardClassifier, TimeoutConfig,
+    TimeoutLayer,
 };
 use fusebox_breaker::BreakerHandle;
 use fusebox_limit::{AimdConfig, LimitHandle, Release};
@@ -63,6 +66,8 @@ struct Batch {
 struct Shape {
     adaptive: bool,
     release_at_end: bool,
+    /// A retry budget (outermost), and whether it hedges.
+    retry: Option<bool>,
 }
 
 fn call() -> impl Strategy<Value = Call> {
@@ -139,6 +144,17 @@ fn limit_config(shape: Shape) -> ConcurrencyLimitConfig {
         .expect("valid limit config")
 }
 
+fn retry_config(hedge: bool) -> RetryConfig {
+    RetryConfig::builder()
+        .name("eq")
+        .max_attempts(3)
+        .base_delay(Duration::from_millis(20))
+        .hedge_delay(hedge.then_some(Duration::from_millis(70)))
+        .seed(Some(7))
+        .build()
+        .expect("valid retry config")
+}
+
 fn timeout_config() -> TimeoutConfig {
     TimeoutConfig::builder()
         .default_timeout(Duration::from_millis(100))
@@ -208,28 +224,33 @@ fn describe(error: &BoxError) -> &'static str {
     }
 }
 
-fn state(breaker: &BreakerHandle, limit: &LimitHandle) -> String {
-    let s = breaker.snapshot();
-    format!(
-        "breaker {:?} gen {} window {}/{}/{} | limit {} in flight {} waiting {}",
-        s.state,
-        s.generation,
-        s.window.calls,
-        s.window.failures,
-        s.window.slow,
-        limit.limit(),
-        limit.in_flight(),
-        limit.waiting()
-    )
+/// What the stack's shared state says now.
+struct Observe<'a> {
+    breaker: BreakerHandle,
+    limit: LimitHandle,
+    budget: Option<&'a RetryBudget>,
+}
+
+impl Observe<'_> {
+    fn state(&self) -> String {
+        let s = self.breaker.snapshot();
+        format!(
+            "breaker {:?} gen {} window {}/{}/{} | limit {} in flight {} waiting {} | budget {:?}",
+            s.state,
+            s.generation,
+            s.window.calls,
+            s.window.failures,
+            s.window.slow,
+            self.limit.limit(),
+            self.limit.in_flight(),
+            self.limit.waiting(),
+            self.budget.map(RetryBudget::snapshot),
+        )
+    }
 }
 
 /// Sends every batch through `service` and writes down what happened.
-async fn run<S, B>(
-    service: S,
-    batches: &[Batch],
-    breaker: BreakerHandle,
-    limit: LimitHandle,
-) -> Vec<String>
+async fn run<S, B>(service: S, batches: &[Batch], observe: Observe<'_>) -> Vec<String>
 where
     S: Service<Request<Full<Bytes>>, Response = Response<B>, Error = BoxError> + Clone,
     B: http_body::Body,
@@ -286,9 +307,9 @@ where
             });
         }
         trace.extend(join_all(futures).await);
-        trace.push(state(&breaker, &limit));
+        trace.push(observe.state());
         tokio::time::sleep(Duration::from_millis(batch.pause_ms)).await;
-        trace.push(format!("after pause: {}", state(&breaker, &limit)));
+        trace.push(format!("after pause: {}", observe.state()));
     }
     trace
 }
@@ -303,19 +324,24 @@ fn paused() -> tokio::runtime::Runtime {
 
 fn through_policy(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Vec<String> {
     paused().block_on(async {
-        let policy = Policy::builder("eq")
+        let mut builder = Policy::builder("eq")
             .routes(routes())
             .circuit_breaker(breaker_config())
             .concurrency_limit_config(limit_config(shape))
-            .timeout_config(timeout_config())
-            .build()
-            .expect("valid policy");
-        let breaker = policy.breaker_handle().expect("a breaker");
-        let limit = policy.limit_handle().expect("a limit");
+            .timeout_config(timeout_config());
+        if let Some(hedge) = shape.retry {
+            builder = builder.retry_budget(retry_config(hedge));
+        }
+        let policy = builder.build().expect("valid policy");
+        let observe = Observe {
+            breaker: policy.breaker_handle().expect("a breaker"),
+            limit: policy.limit_handle().expect("a limit"),
+            budget: policy.retry_budget(),
+        };
         let service = ServiceBuilder::new()
-            .layer(policy)
+            .layer(policy.clone())
             .service(dependency(script));
-        run(service, batches, breaker, limit).await
+        run(service, batches, observe).await
     })
 }
 
@@ -327,12 +353,32 @@ fn through_layers(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
         let limit = ConcurrencyLimitLayer::with_routes(limit_config(shape), routes());
         let timeout = TimeoutLayer::new(routes(), timeout_config());
         let (breaker_handle, limit_handle) = (breaker.handle(), limit.handle());
-        let service = ServiceBuilder::new()
+        let layers = ServiceBuilder::new()
             .layer(breaker)
             .layer(limit)
-            .layer(timeout)
-            .service(dependency(script));
-        run(service, batches, breaker_handle, limit_handle).await
+            .layer(timeout);
+        match shape.retry {
+            None => {
+                let observe = Observe {
+                    breaker: breaker_handle,
+                    limit: limit_handle,
+                    budget: None,
+                };
+                run(layers.service(dependency(script)), batches, observe).await
+            }
+            Some(hedge) => {
+                let retry = RetryBudgetLayer::new(retry_config(hedge), routes());
+                let observe = Observe {
+                    breaker: breaker_handle,
+                    limit: limit_handle,
+                    budget: Some(retry.budget()),
+                };
+                let service = ServiceBuilder::new()
+                    .layer(retry.clone())
+                    .service(layers.service(dependency(script)));
+                run(service, batches, observe).await
+            }
+        }
     })
 }
 
@@ -344,8 +390,9 @@ proptest! {
         batches in proptest::collection::vec(batch(), 1..14),
         adaptive in any::<bool>(),
         release_at_end in any::<bool>(),
+        retry in proptest::option::of(any::<bool>()),
     ) {
-        let shape = Shape { adaptive, release_at_end };
+        let shape = Shape { adaptive, release_at_end, retry };
         let script: Arc<Vec<Call>> =
             Arc::new(batches.iter().flat_map(|b| b.calls.iter().copied()).collect());
         let fused = through_policy(shape, &batches, Arc::clone(&script));
@@ -374,6 +421,7 @@ fn a_failing_dependency_opens_the_breaker_in_both() {
     let shape = Shape {
         adaptive: false,
         release_at_end: false,
+        retry: None,
     };
     let fused = through_policy(shape, &batches, Arc::clone(&script));
     assert_eq!(fused, through_layers(shape, &batches, script));
