@@ -44,6 +44,35 @@ impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
     /// Admits `request` or rejects it, without calling the inner service: for a service
     /// that runs the breaker as one stage of its own future (see [`Guard`]).
     /// [`call`](Service::call) is this, then the inner call.
+    ///
+    /// ```
+    /// use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State};
+    /// use http::{HeaderMap, Request, StatusCode};
+    /// use tower::Layer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let config = CircuitBreakerConfig::builder("fraud-eu")
+    ///     .count_window(4)
+    ///     .minimum_calls(4)
+    ///     .build()?;
+    /// // The breaker's decisions, without an inner service to call.
+    /// let breaker = CircuitBreakerLayer::new(config).layer(());
+    /// let request = Request::get("/charge").body(())?;
+    /// for _ in 0..4 {
+    ///     let mut guard = breaker.admit(&request)?;
+    ///     // The answer came back: classify it with the route's classifier, record it.
+    ///     let verdict = guard
+    ///         .classify_response(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new())
+    ///         .expect("an HTTP verdict is in the head");
+    ///     guard.finish_in_place(verdict);
+    /// }
+    /// assert_eq!(breaker.handle().state(), State::Open);
+    /// let open = breaker.admit(&request).unwrap_err();
+    /// assert_eq!(open.breaker(), "fraud-eu");
+    /// # Ok(())
+    /// # }
+    /// ```
     #[inline(always)]
     pub fn admit<B>(&self, request: &Request<B>) -> Result<Guard<C, St>, CircuitOpen> {
         let leases = &*self.breaker;

@@ -10,6 +10,43 @@
 //! - [`Acquire::Queued`]: the limit is full and the call has a place in its queue. Poll
 //!   [`Queued::poll_admit`] until it is admitted or shed (the queue's wait ran out).
 //! - [`Acquire::Shed`]: the limit is full and the call cannot wait.
+//!
+//! # Example
+//!
+//! ```
+//! use fusebox_limit::{Acquire, ConcurrencyLimitConfig, ConcurrencyLimitLayer};
+//! use http::{HeaderMap, Request, StatusCode};
+//! use std::time::Duration;
+//! use tower::Layer;
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let config = ConcurrencyLimitConfig::builder()
+//!     .max_concurrency(1)
+//!     .queue(1, Duration::from_millis(50))
+//!     .build()?;
+//! let layer = ConcurrencyLimitLayer::new(config);
+//! let handle = layer.handle();
+//! // The limit's decisions, without an inner service to call.
+//! let limit = layer.layer(());
+//! let request = Request::new(());
+//!
+//! let Acquire::Admitted(first) = limit.acquire(&request) else { unreachable!() };
+//! assert_eq!(handle.in_flight(), 1);
+//! // Full: the next call waits in the queue, the one after is shed.
+//! let Acquire::Queued(queued) = limit.acquire(&request) else { unreachable!() };
+//! assert!(matches!(limit.acquire(&request), Acquire::Shed(_)));
+//!
+//! // The first call's answer is in: its permit goes to the queued call.
+//! assert!(first.on_response(StatusCode::OK, &HeaderMap::new()).is_none());
+//! let mut queued = Box::pin(queued);
+//! let second = std::future::poll_fn(|cx| queued.as_mut().poll_admit(cx)).await?;
+//! assert_eq!(handle.in_flight(), 1);
+//! drop(second); // cancelled: the permit goes back, nothing is counted
+//! assert_eq!(handle.in_flight(), 0);
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::adaptive::CallInfo;
 use crate::body::{Completion, Pending};

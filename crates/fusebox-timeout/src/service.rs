@@ -161,6 +161,37 @@ impl<S, C: Classifier> Timeout<S, C> {
     /// For a service that runs the timeout as one stage of its own future (fusebox's
     /// `Policy`); [`call`](Service::call) is this, then the inner call raced against the
     /// bound.
+    ///
+    /// ```
+    /// use fusebox_classify::{Route, RouteTable};
+    /// use fusebox_timeout::future::Timer;
+    /// use fusebox_timeout::{Deadline, TimeoutConfig, TimeoutLayer};
+    /// use http::Request;
+    /// use std::time::Duration;
+    /// use tower::Layer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let routes = RouteTable::single(Route::default().timeout(Duration::from_millis(250)));
+    /// // The timeout's decisions, without an inner service to call.
+    /// let timeout = TimeoutLayer::new(routes, TimeoutConfig::default()).layer(());
+    ///
+    /// let mut request = Request::new(());
+    /// let bound = timeout.bound(&mut request).expect("no deadline has passed");
+    /// assert_eq!(bound.limit(), Duration::from_millis(250));
+    /// // A call that never answers loses the race against its timer.
+    /// let mut timer = Box::pin(Timer::new());
+    /// let elapsed = std::future::poll_fn(|cx| timer.as_mut().poll_elapsed(&bound, cx)).await;
+    /// assert_eq!(elapsed.to_string(), "request on `default` timed out after 250 ms");
+    ///
+    /// // A request whose deadline has passed is not to be sent at all.
+    /// let mut late = Request::new(());
+    /// late.extensions_mut().insert(Deadline::after(Duration::ZERO));
+    /// tokio::time::advance(Duration::from_millis(1)).await;
+    /// assert!(timeout.bound(&mut late).is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     #[inline]
     pub fn bound<B>(&self, request: &mut Request<B>) -> Result<Bound, Expired> {
         let id = self.routes.resolve(request);
