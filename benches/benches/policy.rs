@@ -70,6 +70,15 @@ where
     })
 }
 
+/// All four layers, as the `policy` group measures them.
+fn all_layers(builder: fusebox::PolicyBuilder) -> fusebox::PolicyBuilder {
+    builder
+        .timeout(Duration::from_secs(1))
+        .concurrency_limit(1000)
+        .circuit_breaker(breaker_config())
+        .retry_budget(RetryConfig::builder().name("bench"))
+}
+
 fn policy(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -77,11 +86,7 @@ fn policy(c: &mut Criterion) {
         .expect("a runtime");
     let _guard = rt.enter();
 
-    let fusebox_policy = Policy::builder("bench")
-        .timeout(Duration::from_secs(1))
-        .concurrency_limit(1000)
-        .circuit_breaker(breaker_config())
-        .retry_budget(RetryConfig::builder().name("bench"))
+    let fusebox_policy = all_layers(Policy::builder("bench"))
         .build()
         .expect("a valid policy")
         .layer(ready_ok::<ReplayBody<Empty<Bytes>>>());
@@ -161,15 +166,7 @@ fn policy(c: &mut Criterion) {
         )
         .build()
         .expect("a valid route table");
-    let with_routes = Policy::builder("bench")
-        .routes(routes)
-        .timeout(Duration::from_secs(1))
-        .concurrency_limit(1000)
-        .circuit_breaker(breaker_config())
-        .retry_budget(RetryConfig::builder().name("bench"))
-        .build()
-        .expect("a valid policy")
-        .layer(ready_ok::<ReplayBody<Empty<Bytes>>>());
+    let with_routes = alone(all_layers(Policy::builder("bench").routes(routes)));
 
     let mut group = c.benchmark_group("policy_layers");
     group.bench_function("with_routes", |b| {
