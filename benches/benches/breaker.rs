@@ -18,7 +18,13 @@
 //!   a two-worker multi-thread runtime. They start together behind a barrier; the figure is
 //!   the wall time from the first start to the last finish divided by the calls of both.
 //!
-//! and a third, `breaker_open`: a healthy call through a fusebox breaker next to a call
+//! and the same two on plain requests, `breaker_plain_1_task` and `breaker_plain_2_tasks`:
+//! every variant calls a `tower::service_fn` that takes a `u64` and answers it back, with
+//! fusebox's breaker for any service ([`CircuitBreakerLayer::plain`]). That is the setting of
+//! issue 2's reference figures (a bare call of about 2.5 ns); the HTTP groups pay for
+//! building, moving and dropping an `http::Request` and an `http::Response` in every variant.
+//!
+//! A fifth group, `breaker_open`: a healthy call through a fusebox breaker next to a call
 //! rejected by the same kind of breaker held open by an operator (`fusebox_open_reject`)
 //! and by one that tripped on failures and is waiting out its open wait
 //! (`fusebox_tripped_reject`: it reads the clock to tell whether the wait is over).
@@ -41,6 +47,7 @@ use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hint::black_box;
+use std::marker::PhantomData;
 use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
@@ -80,66 +87,122 @@ fn request() -> Request<()> {
 /// Calls made before measuring: fills every window (fusebox's count window is then "clean").
 const WARM_UP_CALLS: u64 = 1_000;
 
-/// Any tower service of ours: bare, fusebox, tower-resilience.
-#[derive(Clone)]
-struct Tower<S>(S);
+/// A scenario's request: an HTTP request, or a plain `u64` for the `plain` groups.
+trait Make: Send + 'static {
+    fn make() -> Self;
+}
 
-impl<S> Client for Tower<S>
+impl Make for Request<()> {
+    #[inline(always)]
+    fn make() -> Self {
+        request()
+    }
+}
+
+impl Make for u64 {
+    #[inline(always)]
+    fn make() -> Self {
+        black_box(7)
+    }
+}
+
+/// The inner service of the plain groups: answers its `u64` back at once.
+fn bare_plain() -> impl Service<
+    u64,
+    Response = u64,
+    Error = Infallible,
+    Future = impl Future<Output = Result<u64, Infallible>> + Send + 'static,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(|n: u64| async move { Ok(n) })
+}
+
+/// Any tower service of ours (bare, fusebox, tower-resilience) called with `R` requests.
+struct Tower<S, R = Request<()>>(S, PhantomData<fn() -> R>);
+
+fn tower<R, S>(service: S) -> Tower<S, R> {
+    Tower(service, PhantomData)
+}
+
+impl<S: Clone, R> Clone for Tower<S, R> {
+    fn clone(&self) -> Self {
+        tower(self.0.clone())
+    }
+}
+
+impl<S, R: Make> Client for Tower<S, R>
 where
-    S: Service<Request<()>> + Clone + Send + 'static,
+    S: Service<R> + Clone + Send + 'static,
     S::Future: Send,
     S::Response: Send,
     S::Error: Debug + Send,
 {
     async fn once(&mut self) {
         let service = self.0.ready().await.expect("the service is ready");
-        let result = service.call(request()).await;
+        let result = service.call(R::make()).await;
         black_box(&result);
     }
 }
 
 /// failsafe's futures API around the inner service's future.
-#[derive(Clone)]
-struct Failsafe<B, S> {
+struct Failsafe<B, S, R> {
     breaker: B,
     inner: S,
+    request: PhantomData<fn() -> R>,
 }
 
-impl<B, S> Client for Failsafe<B, S>
+impl<B: Clone, S: Clone, R> Clone for Failsafe<B, S, R> {
+    fn clone(&self) -> Self {
+        Failsafe {
+            breaker: self.breaker.clone(),
+            inner: self.inner.clone(),
+            request: PhantomData,
+        }
+    }
+}
+
+impl<B, S, R: Make> Client for Failsafe<B, S, R>
 where
     B: failsafe::futures::CircuitBreaker + Clone + Send + Sync + 'static,
-    S: Service<Request<()>, Response = Response<Empty<Bytes>>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<R, Error = Infallible> + Clone + Send + 'static,
+    S::Response: Send,
     S::Future: Send,
 {
     async fn once(&mut self) {
         let inner = self.inner.ready().await.expect("the service is ready");
-        let future = inner.call(request());
+        let future = inner.call(R::make());
         let result = self.breaker.call(future).await;
         black_box(&result);
     }
 }
 
 /// recloser's async API around the inner service's future.
-#[derive(Clone)]
-struct Reclose<S> {
+struct Reclose<S, R> {
     breaker: AsyncRecloser,
     inner: S,
+    request: PhantomData<fn() -> R>,
 }
 
-impl<S> Client for Reclose<S>
+impl<S: Clone, R> Clone for Reclose<S, R> {
+    fn clone(&self) -> Self {
+        Reclose {
+            breaker: self.breaker.clone(),
+            inner: self.inner.clone(),
+            request: PhantomData,
+        }
+    }
+}
+
+impl<S, R: Make> Client for Reclose<S, R>
 where
-    S: Service<Request<()>, Response = Response<Empty<Bytes>>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<R, Error = Infallible> + Clone + Send + 'static,
+    S::Response: Send,
     S::Future: Send,
 {
     async fn once(&mut self) {
         let inner = self.inner.ready().await.expect("the service is ready");
-        let future = inner.call(request());
+        let future = inner.call(R::make());
         let result = self.breaker.call(future).await;
         black_box(&result);
     }
@@ -160,12 +223,17 @@ impl<const N: usize> Client for ClockReads<N> {
 
 /// The bare call with a clock read before and after it: the floor for any breaker that
 /// measures each call's latency.
-#[derive(Clone)]
-struct Timed<S>(S);
+struct Timed<S, R>(S, PhantomData<fn() -> R>);
 
-impl<S> Client for Timed<S>
+impl<S: Clone, R> Clone for Timed<S, R> {
+    fn clone(&self) -> Self {
+        Timed(self.0.clone(), PhantomData)
+    }
+}
+
+impl<S, R: Make> Client for Timed<S, R>
 where
-    S: Service<Request<()>> + Clone + Send + 'static,
+    S: Service<R> + Clone + Send + 'static,
     S::Future: Send,
     S::Response: Send,
     S::Error: Debug + Send,
@@ -173,7 +241,7 @@ where
     async fn once(&mut self) {
         let start = black_box(Instant::now());
         let service = self.0.ready().await.expect("the service is ready");
-        let result = service.call(request()).await;
+        let result = service.call(R::make()).await;
         black_box(&result);
         black_box(Instant::now().saturating_duration_since(start));
     }
@@ -222,12 +290,10 @@ fn fusebox_time() -> CircuitBreakerLayer {
 
 /// tower-resilience's breaker: count window of 100, 50 % failure-rate threshold, one
 /// breaker shared by every clone of the service.
-fn tower_resilience<S>(inner: S) -> impl Client
+fn tower_resilience<R: Make, S>(inner: S) -> impl Client
 where
-    S: Service<Request<()>, Response = Response<Empty<Bytes>>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<R, Error = Infallible> + Clone + Send + Sync + 'static,
+    S::Response: Send + 'static,
     S::Future: Send + 'static,
 {
     let layer = tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
@@ -237,34 +303,32 @@ where
         .failure_rate_threshold(0.5)
         .build()
         .expect("a valid tower-resilience config");
-    Tower(layer.layer(inner))
+    tower::<R, _>(layer.layer(inner))
 }
 
-fn failsafe<S>(inner: S) -> impl Client
+fn failsafe<R: Make, S>(inner: S) -> impl Client
 where
-    S: Service<Request<()>, Response = Response<Empty<Bytes>>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<R, Error = Infallible> + Clone + Send + 'static,
+    S::Response: Send,
     S::Future: Send,
 {
     Failsafe {
         breaker: failsafe::Config::new().build(),
         inner,
+        request: PhantomData,
     }
 }
 
-fn recloser<S>(inner: S) -> impl Client
+fn recloser<R: Make, S>(inner: S) -> impl Client
 where
-    S: Service<Request<()>, Response = Response<Empty<Bytes>>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
+    S: Service<R, Error = Infallible> + Clone + Send + 'static,
+    S::Response: Send,
     S::Future: Send,
 {
     Reclose {
         breaker: AsyncRecloser::from(Recloser::custom().closed_len(100).error_rate(0.5).build()),
         inner,
+        request: PhantomData,
     }
 }
 
@@ -289,22 +353,64 @@ fn scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
         }};
     }
 
-    variant!("bare", Tower(bare()));
+    variant!("bare", tower::<Request<()>, _>(bare()));
     variant!("clock_read_x1", ClockReads::<1>);
     variant!("clock_read_x2", ClockReads::<2>);
-    variant!("bare_plus_2_clock_reads", Timed(bare()));
+    variant!("bare_plus_2_clock_reads", Timed(bare(), PhantomData));
     variant!(
         "fusebox_count_slow_off",
-        Tower(fusebox_count().layer(bare()))
+        tower::<Request<()>, _>(fusebox_count().layer(bare()))
     );
     variant!(
         "fusebox_count_slow_on",
-        Tower(fusebox_count_slow().layer(bare()))
+        tower::<Request<()>, _>(fusebox_count_slow().layer(bare()))
     );
-    variant!("fusebox_time_window", Tower(fusebox_time().layer(bare())));
-    variant!("tower_resilience", tower_resilience(bare()));
-    variant!("failsafe", failsafe(bare()));
-    variant!("recloser", recloser(bare()));
+    variant!(
+        "fusebox_time_window",
+        tower::<Request<()>, _>(fusebox_time().layer(bare()))
+    );
+    variant!(
+        "tower_resilience",
+        tower_resilience::<Request<()>, _>(bare())
+    );
+    variant!("failsafe", failsafe::<Request<()>, _>(bare()));
+    variant!("recloser", recloser::<Request<()>, _>(bare()));
+    g.finish();
+}
+
+/// The same variants on plain `u64` requests, fusebox through its breaker for any service.
+fn plain_scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
+    let warm = current_thread();
+    let _guard = rt.enter();
+    let mut g = c.benchmark_group(group_name(group));
+
+    macro_rules! variant {
+        ($name:literal, $client:expr) => {{
+            let client = warmed(&warm, $client);
+            g.bench_function($name, |b| {
+                b.iter_custom(|iters| measure(rt, tasks, &client, iters))
+            });
+        }};
+    }
+
+    variant!("bare", tower::<u64, _>(bare_plain()));
+    variant!("clock_read_x2", ClockReads::<2>);
+    variant!("bare_plus_2_clock_reads", Timed(bare_plain(), PhantomData));
+    variant!(
+        "fusebox_count_slow_off",
+        tower::<u64, _>(fusebox_count().plain().layer(bare_plain()))
+    );
+    variant!(
+        "fusebox_count_slow_on",
+        tower::<u64, _>(fusebox_count_slow().plain().layer(bare_plain()))
+    );
+    variant!(
+        "fusebox_time_window",
+        tower::<u64, _>(fusebox_time().plain().layer(bare_plain()))
+    );
+    variant!("tower_resilience", tower_resilience::<u64, _>(bare_plain()));
+    variant!("failsafe", failsafe::<u64, _>(bare_plain()));
+    variant!("recloser", recloser::<u64, _>(bare_plain()));
     g.finish();
 }
 
@@ -316,15 +422,23 @@ fn two_tasks_group(c: &mut Criterion) {
     scenario(c, "breaker_2_tasks", &two_workers(), Tasks::Two);
 }
 
+fn plain_one_task_group(c: &mut Criterion) {
+    plain_scenario(c, "breaker_plain_1_task", &current_thread(), Tasks::One);
+}
+
+fn plain_two_tasks_group(c: &mut Criterion) {
+    plain_scenario(c, "breaker_plain_2_tasks", &two_workers(), Tasks::Two);
+}
+
 /// A rejection while forced open, and while open after tripping, next to a healthy call,
 /// one task.
 fn open_group(c: &mut Criterion) {
     let rt = current_thread();
     let _guard = rt.enter();
-    let healthy = warmed(&rt, Tower(fusebox_count().layer(bare())));
+    let healthy = warmed(&rt, tower::<Request<()>, _>(fusebox_count().layer(bare())));
     let open_layer = fusebox_count();
     open_layer.handle().force_open();
-    let open = warmed(&rt, Tower(open_layer.layer(bare())));
+    let open = warmed(&rt, tower::<Request<()>, _>(open_layer.layer(bare())));
     // Trips on the warm-up's 503s, then stays open for five minutes: every measured call is
     // rejected inside the open wait.
     let tripped_layer = CircuitBreakerLayer::new(
@@ -337,7 +451,7 @@ fn open_group(c: &mut Criterion) {
             .expect("a valid breaker config"),
     );
     let failing = unavailable();
-    let tripped = warmed(&rt, Tower(tripped_layer.layer(failing)));
+    let tripped = warmed(&rt, tower::<Request<()>, _>(tripped_layer.layer(failing)));
     assert_eq!(
         tripped_layer.handle().state(),
         fusebox_breaker::State::Open,
@@ -357,5 +471,12 @@ fn open_group(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, one_task_group, two_tasks_group, open_group);
+criterion_group!(
+    benches,
+    one_task_group,
+    two_tasks_group,
+    plain_one_task_group,
+    plain_two_tasks_group,
+    open_group
+);
 criterion_main!(benches);

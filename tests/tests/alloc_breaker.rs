@@ -104,6 +104,31 @@ fn closed_healthy_calls_allocate_nothing() {
     });
     assert_no_allocations(&rt, layer.layer(pending_once), "inner service pending once");
 
+    // A plain breaker (any request type: here a `u64` lookup), with and without slow-call
+    // tracking.
+    for slow in [None, Some(Duration::from_secs(1))] {
+        let route = match slow {
+            Some(threshold) => Route::default().slow_call_duration(threshold),
+            None => Route::default(),
+        };
+        let layer = CircuitBreakerLayer::builder(config())
+            .routes(RouteTable::single(route))
+            .build()
+            .plain();
+        let handle = layer.handle();
+        let lookup = tower::service_fn(|key: u64| async move { Ok::<_, Infallible>(key * 2) });
+        alloc::assert_no_allocations(
+            GLOBAL,
+            &rt,
+            layer.layer(lookup),
+            (0..WARM_UP as u64).collect(),
+            (0..CALLS as u64).collect(),
+            alloc::discard,
+            "plain breaker",
+        );
+        assert_eq!(handle.snapshot().window.calls, WINDOW, "the window is full");
+    }
+
     // The counter really counts: an allocation inside an armed region is seen...
     let region = Region::new(GLOBAL);
     black_box(Box::new(black_box(7_u64)));

@@ -7,7 +7,8 @@ use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
 use fusebox_classify::error::{CircuitOpen, Overloaded};
 use fusebox_classify::{
-    CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteTable, StreamEnd, Verdict,
+    Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
+    StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
@@ -89,21 +90,32 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         meta: CallMeta,
         owner: impl FnOnce() -> Owner<C, St>,
     ) -> Result<Guard<C, St>, CircuitOpen> {
+        let ticket = self.ticket(meta.route(), owner)?;
+        Ok(Guard { ticket, meta })
+    }
+
+    /// Admits a call on `route` or says why not: the breaker's part of a [`Guard`], and
+    /// all of a plain call's (one that is not an HTTP request).
+    #[inline]
+    pub(crate) fn ticket(
+        &self,
+        route: RouteId,
+        owner: impl FnOnce() -> Owner<C, St>,
+    ) -> Result<Ticket<C, St>, CircuitOpen> {
         match self.store.acquire() {
             Ok(permit) => {
                 // An unknown route id falls back to the default route, as the table does.
                 let threshold = self
                     .slow_after
-                    .get(meta.route().index())
+                    .get(route.index())
                     .or_else(|| self.slow_after.first())
                     .copied()
                     .flatten();
                 // Past the end of time (a threshold of centuries): never slow.
                 let slow_at = threshold.map(|t| Instant::now().checked_add(t));
-                Ok(Guard {
+                Ok(Ticket {
                     breaker: owner(),
                     permit,
-                    meta,
                     slow_at,
                     done: false,
                 })
@@ -115,6 +127,20 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
                 rejected.half_open,
             )),
         }
+    }
+
+    /// Classifies `error` with `route`'s classifier (an [`Overloaded`] counts as a failure
+    /// if the breaker says so: `count_overloaded`).
+    pub(crate) fn classify_error(&self, call: &Call<'_>, error: &(dyn Error + 'static)) -> Verdict {
+        let verdict = self
+            .table
+            .route(call.route())
+            .classifier()
+            .classify_error(call, error);
+        if self.count_overloaded && verdict.outcome() == Outcome::Ignored && is_overloaded(error) {
+            return Verdict::FAILURE.with_retry(verdict.retry());
+        }
+        verdict
     }
 
     pub(crate) fn touch(&self) {
@@ -176,20 +202,15 @@ pub(crate) fn lease<C, St>(leases: &Leases<C, St>) -> Owner<C, St> {
 /// the guard to the response body ([`at_end_of_stream`](Self::at_end_of_stream)); for an
 /// error, [`classify_error`](Self::classify_error) then [`finish`](Self::finish).
 pub struct Guard<C: Classifier, St: Store> {
-    breaker: Owner<C, St>,
-    permit: Permit,
+    ticket: Ticket<C, St>,
     meta: CallMeta,
-    /// When the call turns slow (admission time + the route's threshold, `None` inside if
-    /// that is past the end of time); `None` when its route does not measure slowness.
-    slow_at: Option<Option<Instant>>,
-    done: bool,
 }
 
 impl<C: Classifier, St: Store> fmt::Debug for Guard<C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Guard")
-            .field("breaker", &self.breaker.name)
-            .field("permit", &self.permit)
+            .field("breaker", &self.ticket.breaker.name)
+            .field("permit", &self.ticket.permit)
             .field("route", &self.meta.route())
             .finish()
     }
@@ -200,7 +221,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// `None` when it waits for the trailers.
     #[inline]
     pub fn classify_response(&self, status: StatusCode, headers: &HeaderMap) -> Option<Verdict> {
-        let b = &self.breaker;
+        let b = &self.ticket.breaker;
         let call = self.meta.call(&b.table);
         match b
             .table
@@ -216,26 +237,66 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// Classifies an error with the call's route's classifier (an [`Overloaded`] counts
     /// as a failure if the breaker says so: `count_overloaded`).
     pub fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
-        let b = &self.breaker;
-        let call = self.meta.call(&b.table);
-        let verdict = b
-            .table
-            .route(self.meta.route())
-            .classifier()
-            .classify_error(&call, error);
-        if b.count_overloaded && verdict.outcome() == Outcome::Ignored && is_overloaded(error) {
-            return Verdict::FAILURE.with_retry(verdict.retry());
-        }
-        verdict
+        let b = &self.ticket.breaker;
+        b.classify_error(&self.meta.call(&b.table), error)
     }
 
     fn classify_eos(&self, trailers: Option<&HeaderMap>) -> Verdict {
-        let b = &self.breaker;
+        let b = &self.ticket.breaker;
         let call = self.meta.call(&b.table);
         b.table
             .route(self.meta.route())
             .classifier()
             .classify_eos(&call, trailers)
+    }
+
+    /// Records `verdict` (slowness measured now).
+    #[inline]
+    pub fn finish(mut self, verdict: Verdict) {
+        self.finish_in_place(verdict);
+    }
+
+    /// Records `verdict` (slowness measured now) without moving the guard; it must not
+    /// record again (dropping it afterwards releases nothing).
+    #[inline]
+    pub fn finish_in_place(&mut self, verdict: Verdict) {
+        self.ticket.finish_in_place(verdict.outcome());
+    }
+
+    /// Hands the guard to the response body, measuring slowness now (time to headers).
+    pub fn at_end_of_stream(self) -> EosRecorder<C, St> {
+        let (slow, _) = self.ticket.measure();
+        EosRecorder { guard: self, slow }
+    }
+}
+
+/// The breaker's part of one admitted call, without the request: the breaker kept alive,
+/// the permit, and when the call turns slow. Records or releases exactly once; dropped
+/// unreported (the caller cancelled), it gives its permit back (a half-open probe's
+/// included) and counts nothing.
+pub(crate) struct Ticket<C: Classifier, St: Store> {
+    breaker: Owner<C, St>,
+    permit: Permit,
+    /// When the call turns slow (admission time + the route's threshold, `None` inside if
+    /// that is past the end of time); `None` when its route does not measure slowness.
+    slow_at: Option<Option<Instant>>,
+    done: bool,
+}
+
+impl<C: Classifier, St: Store> fmt::Debug for Ticket<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("breaker", &self.breaker.name)
+            .field("permit", &self.permit)
+            .finish()
+    }
+}
+
+impl<C: Classifier, St: Store> Ticket<C, St> {
+    /// The breaker the call was admitted by.
+    #[inline]
+    pub(crate) fn breaker(&self) -> &Breaker<C, St> {
+        &self.breaker
     }
 
     /// Whether the call was slow, as of now; reads the clock only if needed.
@@ -249,18 +310,11 @@ impl<C: Classifier, St: Store> Guard<C, St> {
         (slow, Some(now))
     }
 
-    /// Records `verdict` (slowness measured now).
+    /// Records `outcome` (slowness measured now); it must not record again.
     #[inline]
-    pub fn finish(mut self, verdict: Verdict) {
-        self.finish_in_place(verdict);
-    }
-
-    /// Records `verdict` (slowness measured now) without moving the guard; it must not
-    /// record again (dropping it afterwards releases nothing).
-    #[inline]
-    pub fn finish_in_place(&mut self, verdict: Verdict) {
+    pub(crate) fn finish_in_place(&mut self, outcome: Outcome) {
         let (slow, now) = self.measure();
-        self.finish_measured(verdict.outcome(), slow, now);
+        self.finish_measured(outcome, slow, now);
     }
 
     #[inline]
@@ -284,15 +338,9 @@ impl<C: Classifier, St: Store> Guard<C, St> {
             Outcome::Failure => store.record(self.permit, true, slow, now),
         }
     }
-
-    /// Hands the guard to the response body, measuring slowness now (time to headers).
-    pub fn at_end_of_stream(self) -> EosRecorder<C, St> {
-        let (slow, _) = self.measure();
-        EosRecorder { guard: self, slow }
-    }
 }
 
-impl<C: Classifier, St: Store> Drop for Guard<C, St> {
+impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
     fn drop(&mut self) {
         if !self.done {
             // Cancelled: the outcome is ignored and a probe's permit goes back.
@@ -335,9 +383,9 @@ impl<C: Classifier, St: Store> OnEndOfStream for EosRecorder<C, St> {
             StreamEnd::Error(error) => self.guard.classify_error(error),
             StreamEnd::Dropped => return, // the guard's drop releases the permit
         };
-        let end = self.guard.breaker.needs_end_time.then(Instant::now);
-        let slow = self.slow;
-        self.guard.finish_measured(verdict.outcome(), slow, end);
+        let ticket = &mut self.guard.ticket;
+        let end = ticket.breaker.needs_end_time.then(Instant::now);
+        ticket.finish_measured(verdict.outcome(), self.slow, end);
     }
 }
 

@@ -4,6 +4,7 @@ use crate::breaker::{Breaker, BreakerHandle, Leases};
 use crate::config::CircuitBreakerConfig;
 use crate::events::{BreakerEvent, EventSink, Listener};
 use crate::keyed::{KeyFn, KeyedCircuitBreakerLayer, KeyedShared};
+use crate::plain::PlainCircuitBreakerLayer;
 use crate::service::CircuitBreaker;
 use crate::store::{InMemory, MakeStore, MemoryStore, Store, StoreSpec};
 use fusebox_classify::{Classifier, Clock, ConfigError, RouteTable, StandardClassifier, Validator};
@@ -60,6 +61,14 @@ impl<C: Classifier, St: Store> CircuitBreakerLayer<C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
         BreakerHandle::new(self.breaker.shared().clone())
+    }
+
+    /// The same breaker, for services that do not speak HTTP: any request type, an `Ok`
+    /// answer a success, an error judged by the default route's classifier (see
+    /// [`plain`](crate::plain)). Shares this layer's state: one handle sees the calls of
+    /// both.
+    pub fn plain(&self) -> PlainCircuitBreakerLayer<C, St> {
+        PlainCircuitBreakerLayer::new(Arc::clone(&self.breaker))
     }
 }
 

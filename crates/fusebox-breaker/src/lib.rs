@@ -21,6 +21,10 @@
 //! whose future or body is dropped, or whose outcome is ignored, gives its permit back.
 //! gRPC calls, whose status comes in the trailers, are recorded at the end of the stream.
 //!
+//! A service that does not speak HTTP — a database pool, a cache client, any tower service —
+//! gets the same breaker from [`CircuitBreakerLayer::plain`]: its `Ok` answers are
+//! successes and its errors are judged by the classifier (see [`plain`]).
+//!
 //! The healthy path is cheap: admission while CLOSED is one atomic load, a fast success in a
 //! full, clean count window is recorded by doing nothing (see [`store`]), and the clock is
 //! read only when a route measures slowness or the window is time-based.
@@ -74,6 +78,7 @@ pub mod events;
 mod future;
 mod keyed;
 mod layer;
+pub mod plain;
 mod service;
 pub mod sim;
 pub mod state;
@@ -89,6 +94,7 @@ pub use crate::keyed::{
     RequestHead,
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
+pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture};
 pub use crate::service::CircuitBreaker;
 pub use crate::state::{Command, Reason, Snapshot, State, Transition};
 pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};

@@ -14,7 +14,8 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub struct Call<'a> {
     route: RouteId,
     route_name: &'a str,
-    method: &'a Method,
+    /// `None` for a call that is not an HTTP request.
+    method: Option<&'a Method>,
     idempotent: bool,
 }
 
@@ -27,8 +28,21 @@ impl<'a> Call<'a> {
         Call {
             route,
             route_name,
-            method,
+            method: Some(method),
             idempotent,
+        }
+    }
+
+    /// A call on `route` that is not an HTTP request: a call through
+    /// `fusebox_breaker::PlainCircuitBreaker` (a database query, a cache lookup, any tower service). It has no method and is not
+    /// known to be safe to repeat; only its errors are classified (an `Ok` answer is a
+    /// success).
+    pub fn plain(route: RouteId, route_name: &'a str) -> Self {
+        Call {
+            route,
+            route_name,
+            method: None,
+            idempotent: false,
         }
     }
 
@@ -43,8 +57,9 @@ impl<'a> Call<'a> {
         self.route_name
     }
 
-    /// The request method.
-    pub fn method(&self) -> &'a Method {
+    /// The request method; `None` for a call that is not an HTTP request
+    /// ([`Call::plain`]).
+    pub fn method(&self) -> Option<&'a Method> {
         self.method
     }
 

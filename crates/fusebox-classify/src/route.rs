@@ -702,7 +702,7 @@ mod tests {
         let meta = t.meta(&req(Method::DELETE, "/x"));
         let call = meta.call(&t);
         assert_eq!(call.route_name(), "default");
-        assert_eq!(call.method(), Method::DELETE);
+        assert_eq!(call.method(), Some(&Method::DELETE));
         assert!(call.idempotent());
     }
 }

@@ -134,9 +134,9 @@ mod tests {
             let req = Request::builder().method(m.clone()).body(()).unwrap();
             let info = CallInfo::new(&limiter, &req);
             let (seen, idempotent) = info.classify(&limiter, |_, call| {
-                (call.method().clone(), call.idempotent())
+                (call.method().cloned(), call.idempotent())
             });
-            assert_eq!(seen, m);
+            assert_eq!(seen, Some(m.clone()));
             assert_eq!(idempotent, m.is_idempotent());
         }
         assert_eq!(limiter.extension_methods.seen.lock().unwrap().len(), 2);

@@ -92,7 +92,9 @@ pub use fusebox_classify::{
 pub use fusebox_breaker as breaker;
 #[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
-pub use fusebox_breaker::{BreakerHandle, CircuitBreakerConfig, CircuitBreakerLayer};
+pub use fusebox_breaker::{
+    BreakerHandle, CircuitBreakerConfig, CircuitBreakerLayer, PlainCircuitBreakerLayer,
+};
 
 /// Per-route timeouts and deadline propagation.
 #[cfg(feature = "timeout")]
