@@ -240,6 +240,7 @@ where
 {
     type Output = Result<T, BoxError>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Rejected { error } => match error.take() {
@@ -249,21 +250,23 @@ where
             KindProj::Called { future, ticket } => {
                 let result = ready!(future.poll(cx));
                 // `None`: polled again after completion; the result passes unrecorded.
-                let Some(mut ticket) = ticket.take() else {
+                let Some(t) = ticket.as_mut() else {
                     return Poll::Ready(result.map_err(Into::into));
                 };
                 Poll::Ready(match result {
                     Ok(answer) => {
-                        ticket.finish_in_place(Outcome::Success);
+                        t.finish_in_place(Outcome::Success);
+                        *ticket = None;
                         Ok(answer)
                     }
                     Err(error) => {
                         let error: BoxError = error.into();
-                        let breaker = ticket.breaker();
+                        let breaker = t.breaker();
                         let call =
                             Call::plain(RouteId::DEFAULT, breaker.table.name(RouteId::DEFAULT));
                         let verdict = breaker.classify_error(&call, &*error);
-                        ticket.finish_in_place(verdict.outcome());
+                        t.finish_in_place(verdict.outcome());
+                        *ticket = None;
                         Err(error)
                     }
                 })
