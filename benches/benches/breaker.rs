@@ -35,7 +35,8 @@
 //! other work.
 
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use fusebox_benches::services::unavailable;
 use fusebox_benches::{Client, Tasks, current_thread, group_name, measure, one_task, two_workers};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
@@ -338,80 +339,89 @@ fn warmed<C: Client>(rt: &Runtime, client: C) -> C {
     client
 }
 
+/// One criterion group of variants measured alike: each warmed up on its own
+/// current-thread runtime, then measured on `rt` with `tasks`.
+struct Scenario<'a> {
+    group: BenchmarkGroup<'a, WallTime>,
+    warm: Runtime,
+    rt: &'a Runtime,
+    tasks: Tasks,
+}
+
+impl Scenario<'_> {
+    fn variant<C: Client>(&mut self, name: &str, client: C) {
+        let client = warmed(&self.warm, client);
+        let (rt, tasks) = (self.rt, self.tasks);
+        self.group.bench_function(name, |b| {
+            b.iter_custom(|iters| measure(rt, tasks, &client, iters))
+        });
+    }
+}
+
 /// Every variant, in the order reported, in one group.
 fn scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
-    let warm = current_thread();
     let _guard = rt.enter();
-    let mut g = c.benchmark_group(group_name(group));
+    let mut g = Scenario {
+        group: c.benchmark_group(group_name(group)),
+        warm: current_thread(),
+        rt,
+        tasks,
+    };
 
-    macro_rules! variant {
-        ($name:literal, $client:expr) => {{
-            let client = warmed(&warm, $client);
-            g.bench_function($name, |b| {
-                b.iter_custom(|iters| measure(rt, tasks, &client, iters))
-            });
-        }};
-    }
-
-    variant!("bare", tower::<Request<()>, _>(bare()));
-    variant!("clock_read_x1", ClockReads::<1>);
-    variant!("clock_read_x2", ClockReads::<2>);
-    variant!("bare_plus_2_clock_reads", Timed(bare(), PhantomData));
-    variant!(
+    g.variant("bare", tower::<Request<()>, _>(bare()));
+    g.variant("clock_read_x1", ClockReads::<1>);
+    g.variant("clock_read_x2", ClockReads::<2>);
+    g.variant("bare_plus_2_clock_reads", Timed(bare(), PhantomData));
+    g.variant(
         "fusebox_count_slow_off",
-        tower::<Request<()>, _>(fusebox_count().layer(bare()))
+        tower::<Request<()>, _>(fusebox_count().layer(bare())),
     );
-    variant!(
+    g.variant(
         "fusebox_count_slow_on",
-        tower::<Request<()>, _>(fusebox_count_slow().layer(bare()))
+        tower::<Request<()>, _>(fusebox_count_slow().layer(bare())),
     );
-    variant!(
+    g.variant(
         "fusebox_time_window",
-        tower::<Request<()>, _>(fusebox_time().layer(bare()))
+        tower::<Request<()>, _>(fusebox_time().layer(bare())),
     );
-    variant!(
+    g.variant(
         "tower_resilience",
-        tower_resilience::<Request<()>, _>(bare())
+        tower_resilience::<Request<()>, _>(bare()),
     );
-    variant!("failsafe", failsafe::<Request<()>, _>(bare()));
-    variant!("recloser", recloser::<Request<()>, _>(bare()));
-    g.finish();
+    g.variant("failsafe", failsafe::<Request<()>, _>(bare()));
+    g.variant("recloser", recloser::<Request<()>, _>(bare()));
+    g.group.finish();
 }
 
 /// The same variants on plain `u64` requests, fusebox through its breaker for any service.
 fn plain_scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
-    let warm = current_thread();
     let _guard = rt.enter();
-    let mut g = c.benchmark_group(group_name(group));
+    let mut g = Scenario {
+        group: c.benchmark_group(group_name(group)),
+        warm: current_thread(),
+        rt,
+        tasks,
+    };
 
-    macro_rules! variant {
-        ($name:literal, $client:expr) => {{
-            let client = warmed(&warm, $client);
-            g.bench_function($name, |b| {
-                b.iter_custom(|iters| measure(rt, tasks, &client, iters))
-            });
-        }};
-    }
-
-    variant!("bare", tower::<u64, _>(bare_plain()));
-    variant!("clock_read_x2", ClockReads::<2>);
-    variant!("bare_plus_2_clock_reads", Timed(bare_plain(), PhantomData));
-    variant!(
+    g.variant("bare", tower::<u64, _>(bare_plain()));
+    g.variant("clock_read_x2", ClockReads::<2>);
+    g.variant("bare_plus_2_clock_reads", Timed(bare_plain(), PhantomData));
+    g.variant(
         "fusebox_count_slow_off",
-        tower::<u64, _>(fusebox_count().plain().layer(bare_plain()))
+        tower::<u64, _>(fusebox_count().plain().layer(bare_plain())),
     );
-    variant!(
+    g.variant(
         "fusebox_count_slow_on",
-        tower::<u64, _>(fusebox_count_slow().plain().layer(bare_plain()))
+        tower::<u64, _>(fusebox_count_slow().plain().layer(bare_plain())),
     );
-    variant!(
+    g.variant(
         "fusebox_time_window",
-        tower::<u64, _>(fusebox_time().plain().layer(bare_plain()))
+        tower::<u64, _>(fusebox_time().plain().layer(bare_plain())),
     );
-    variant!("tower_resilience", tower_resilience::<u64, _>(bare_plain()));
-    variant!("failsafe", failsafe::<u64, _>(bare_plain()));
-    variant!("recloser", recloser::<u64, _>(bare_plain()));
-    g.finish();
+    g.variant("tower_resilience", tower_resilience::<u64, _>(bare_plain()));
+    g.variant("failsafe", failsafe::<u64, _>(bare_plain()));
+    g.variant("recloser", recloser::<u64, _>(bare_plain()));
+    g.group.finish();
 }
 
 fn one_task_group(c: &mut Criterion) {
