@@ -348,7 +348,16 @@ struct Scenario<'a> {
     tasks: Tasks,
 }
 
-impl Scenario<'_> {
+impl<'a> Scenario<'a> {
+    fn new(c: &'a mut Criterion, group: &str, rt: &'a Runtime, tasks: Tasks) -> Self {
+        Scenario {
+            group: c.benchmark_group(group_name(group)),
+            warm: current_thread(),
+            rt,
+            tasks,
+        }
+    }
+
     fn variant<C: Client>(&mut self, name: &str, client: C) {
         let client = warmed(&self.warm, client);
         let (rt, tasks) = (self.rt, self.tasks);
@@ -361,12 +370,7 @@ impl Scenario<'_> {
 /// Every variant, in the order reported, in one group.
 fn scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
     let _guard = rt.enter();
-    let mut g = Scenario {
-        group: c.benchmark_group(group_name(group)),
-        warm: current_thread(),
-        rt,
-        tasks,
-    };
+    let mut g = Scenario::new(c, group, rt, tasks);
 
     g.variant("bare", tower::<Request<()>, _>(bare()));
     g.variant("clock_read_x1", ClockReads::<1>);
@@ -396,12 +400,7 @@ fn scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
 /// The same variants on plain `u64` requests, fusebox through its breaker for any service.
 fn plain_scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
     let _guard = rt.enter();
-    let mut g = Scenario {
-        group: c.benchmark_group(group_name(group)),
-        warm: current_thread(),
-        rt,
-        tasks,
-    };
+    let mut g = Scenario::new(c, group, rt, tasks);
 
     g.variant("bare", tower::<u64, _>(bare_plain()));
     g.variant("clock_read_x2", ClockReads::<2>);
