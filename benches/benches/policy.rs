@@ -21,6 +21,10 @@
 //! the full policy with a route table of four routes (`with_routes`: every call matches
 //! `GET /users/{id}`), to show what per-route settings cost.
 //!
+//! A third group, `policy_floors`, times what a Policy cannot skip (a clock read, a tokio
+//! `Sleep`, the retry's copy of the request head) and tower's own timeout, limit and retry
+//! layers each alone, to show what the targets below leave room for (see `floors`).
+//!
 //! Times are thread CPU time, not wall time (see `run`). Targets (issue 5): the policy at
 //! most 1.2× the tower stack, and at least 5× faster than the tower-resilience stack.
 
@@ -32,6 +36,7 @@ use fusebox_benches::services::{TowerRetryPolicy, URI, ready_ok};
 use fusebox_benches::thread_cpu_time;
 use http::{Request, Uri};
 use http_body_util::Empty;
+use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::Duration;
 use tokio::runtime::Runtime;
@@ -192,5 +197,83 @@ fn policy(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, policy);
+/// What issue 5's "at least 5x faster than the tower-resilience stack" leaves a Policy:
+/// a fifth of that stack's time, of which the bare call takes most. Each variant here is
+/// the bare call plus one thing a full Policy cannot skip, or one of tower's own layers
+/// alone, timed in the same way as the `policy` group (same binary, same run):
+///
+/// - `clock_read`: one `tokio::time::Instant::now()`, the clock every fusebox layer reads
+///   (a timeout's deadline is now + its duration);
+/// - `tokio_sleep`: building (not polling) the tokio `Sleep` a timeout races the call
+///   against;
+/// - `head_copy`: the copy of the request head that a retry must keep, because the request
+///   itself is moved into the service (`into_parts`, `Parts::clone`, `from_parts`);
+/// - `tower_timeout`, `tower_limit`, `tower_retry`: tower's `Timeout`, `ConcurrencyLimit`
+///   and `Retry` (with the `TpsBudget` policy of the `policy` group), each alone.
+fn floors(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    let _guard = rt.enter();
+
+    // The bare service, after `work` on the request.
+    fn bare_after(
+        work: fn(Request<Empty<Bytes>>),
+    ) -> impl Service<
+        Request<Empty<Bytes>>,
+        Response = http::Response<Empty<Bytes>>,
+        Error = Infallible,
+    > + Clone {
+        tower::service_fn(move |request| {
+            work(request);
+            std::future::ready(Ok(http::Response::new(Empty::new())))
+        })
+    }
+    let clock_read = bare_after(|request| {
+        black_box(tokio::time::Instant::now());
+        black_box(request);
+    });
+    let tokio_sleep = bare_after(|request| {
+        black_box(request);
+        black_box(&tokio::time::sleep(Duration::from_secs(1)));
+    });
+    let head_copy = bare_after(|request| {
+        let (parts, body) = request.into_parts();
+        let kept = parts.clone();
+        black_box(Request::from_parts(parts, body));
+        black_box(kept);
+    });
+    let tower_timeout =
+        tower::timeout::TimeoutLayer::new(Duration::from_secs(1)).layer(ready_ok::<Empty<Bytes>>());
+    let tower_limit =
+        tower::limit::ConcurrencyLimitLayer::new(1000).layer(ready_ok::<Empty<Bytes>>());
+    let tower_retry =
+        tower::retry::RetryLayer::new(TowerRetryPolicy::new()).layer(ready_ok::<Empty<Bytes>>());
+
+    let mut group = c.benchmark_group("policy_floors");
+    let base = ready_ok::<Empty<Bytes>>();
+    group.bench_function("bare", |b| b.iter_custom(|iters| run(&rt, &base, iters)));
+    group.bench_function("clock_read", |b| {
+        b.iter_custom(|iters| run(&rt, &clock_read, iters))
+    });
+    group.bench_function("tokio_sleep", |b| {
+        b.iter_custom(|iters| run(&rt, &tokio_sleep, iters))
+    });
+    group.bench_function("head_copy", |b| {
+        b.iter_custom(|iters| run(&rt, &head_copy, iters))
+    });
+    group.bench_function("tower_timeout", |b| {
+        b.iter_custom(|iters| run(&rt, &tower_timeout, iters))
+    });
+    group.bench_function("tower_limit", |b| {
+        b.iter_custom(|iters| run(&rt, &tower_limit, iters))
+    });
+    group.bench_function("tower_retry", |b| {
+        b.iter_custom(|iters| run(&rt, &tower_retry, iters))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, policy, floors);
 criterion_main!(benches);
