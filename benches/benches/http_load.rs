@@ -22,7 +22,10 @@
 //! `Retry` cannot take axum's request bodies, which are not `Clone`); on the client,
 //! tower's `Retry` with a `TpsBudget` policy, fusebox's breaker, `ConcurrencyLimit` and
 //! `Timeout`, as in the `policy` bench. It shows what a stack of tower's layers costs on
-//! the same machine and load.
+//! the same machine and load. With `FUSEBOX_LOAD_LAYERS` the tower side does the work of
+//! the layers named, where tower has a stack for them: `breaker,limit,timeout` (no
+//! retry, on the client too) or `timeout` (tower's `Timeout` alone); for any other set the
+//! tower side is left out.
 //!
 //! Every request's latency (send to end of body) goes into a log-linear histogram
 //! ([`fusebox_benches::Histogram`], within 3 %). Each round first runs a warm-up that is not
@@ -65,7 +68,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -82,9 +85,7 @@ struct Settings {
 /// `FUSEBOX_LOAD_LAYERS` (comma-separated: `retry`, `breaker`, `limit`, `timeout`; an empty
 /// list is a Policy with no layer) — to find which layer a gap comes from.
 fn policy() -> Policy {
-    let layers = std::env::var("FUSEBOX_LOAD_LAYERS")
-        .unwrap_or_else(|_| "retry,breaker,limit,timeout".to_owned());
-    let on = |name: &str| layers.split(',').any(|l| l.trim() == name);
+    let on = layer_on;
     let mut b = Policy::builder("load");
     if on("timeout") {
         b = b.timeout(Duration::from_secs(1));
@@ -99,6 +100,47 @@ fn policy() -> Policy {
         b = b.retry_budget(RetryConfig::builder().name("load"));
     }
     b.build().expect("a valid policy")
+}
+
+/// The client's tower sides, one per [`TowerStack`].
+struct TowerClients<F, G, T> {
+    full: F,
+    guarded: G,
+    timeout: T,
+}
+
+/// Whether `FUSEBOX_LOAD_LAYERS` (default: all four) names `layer`.
+fn layer_on(layer: &str) -> bool {
+    let layers = std::env::var("FUSEBOX_LOAD_LAYERS")
+        .unwrap_or_else(|_| "retry,breaker,limit,timeout".to_owned());
+    layers.split(',').any(|l| l.trim() == layer)
+}
+
+/// Which of tower's stacks the tower side runs: the one doing the work of the Policy's
+/// layers, where tower has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TowerStack {
+    /// `Retry` → fusebox's breaker → `ConcurrencyLimit` → `Timeout` (the server, whose
+    /// request bodies tower's `Retry` cannot clone, leaves the retry out).
+    Full,
+    /// Fusebox's breaker → `ConcurrencyLimit` → `Timeout`.
+    Guarded,
+    /// `Timeout` alone.
+    Timeout,
+}
+
+impl TowerStack {
+    /// The stack matching `FUSEBOX_LOAD_LAYERS`, if tower has one.
+    fn for_layers() -> Option<TowerStack> {
+        let [retry, breaker, limit, timeout] =
+            ["retry", "breaker", "limit", "timeout"].map(layer_on);
+        match (retry, breaker, limit, timeout) {
+            (true, true, true, true) => Some(TowerStack::Full),
+            (false, true, true, true) => Some(TowerStack::Guarded),
+            (false, false, false, true) => Some(TowerStack::Timeout),
+            _ => None,
+        }
+    }
 }
 
 async fn hello() -> &'static str {
@@ -140,15 +182,23 @@ fn app(stack: Stack) -> Router {
     match stack {
         Stack::Bare => router,
         Stack::Policy => router.route_layer(PolicyLayer::new(policy())),
-        Stack::Tower => router.route_layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|e: BoxError| async move {
-                    (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-                }))
-                .layer(CircuitBreakerLayer::new(breaker_config()))
-                .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
-                .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1))),
-        ),
+        Stack::Tower => {
+            let errors = HandleErrorLayer::new(|e: BoxError| async move {
+                (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            });
+            let timeout = tower::timeout::TimeoutLayer::new(Duration::from_secs(1));
+            if TowerStack::for_layers() == Some(TowerStack::Timeout) {
+                router.route_layer(ServiceBuilder::new().layer(errors).layer(timeout))
+            } else {
+                router.route_layer(
+                    ServiceBuilder::new()
+                        .layer(errors)
+                        .layer(CircuitBreakerLayer::new(breaker_config()))
+                        .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
+                        .layer(timeout),
+                )
+            }
+        }
     }
 }
 
@@ -466,7 +516,11 @@ fn main() {
     let client_rt = runtime(env_usize("FUSEBOX_LOAD_CLIENT_THREADS", 1));
 
     let only = std::env::var("FUSEBOX_LOAD_ONLY").unwrap_or_default();
-    let stacks: &[Stack] = if std::env::var("FUSEBOX_LOAD_TOWER").is_ok_and(|v| v == "1") {
+    let tower = std::env::var("FUSEBOX_LOAD_TOWER").is_ok_and(|v| v == "1");
+    if tower && TowerStack::for_layers().is_none() {
+        println!("tower has no stack for these FUSEBOX_LOAD_LAYERS: the tower side is left out");
+    }
+    let stacks: &[Stack] = if tower && TowerStack::for_layers().is_some() {
         &[Stack::Bare, Stack::Policy, Stack::Tower]
     } else {
         &[Stack::Bare, Stack::Policy]
@@ -493,12 +547,19 @@ fn main() {
         let _guard = client_rt.enter();
         // Built as `fusebox::hyper::client` builds the policy's.
         let bare: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-        let tower = ServiceBuilder::new()
-            .layer(tower::retry::RetryLayer::new(TowerRetryPolicy::new()))
+        let timeout = tower::timeout::TimeoutLayer::new(Duration::from_secs(1));
+        let guarded = ServiceBuilder::new()
             .layer(CircuitBreakerLayer::new(breaker_config()))
             .layer(tower::limit::ConcurrencyLimitLayer::new(1000))
-            .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1)))
+            .layer(timeout.clone())
             .service(bare.clone());
+        let tower = TowerClients {
+            full: ServiceBuilder::new()
+                .layer(tower::retry::RetryLayer::new(TowerRetryPolicy::new()))
+                .service(guarded.clone()),
+            guarded,
+            timeout: timeout.layer(bare.clone()),
+        };
         (
             bare,
             fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy()),
@@ -512,7 +573,17 @@ fn main() {
         |stack| match stack {
             Stack::Bare => client_round(&client_rt, &bare_client, &uri, s),
             Stack::Policy => client_round(&client_rt, &policy_client, &uri, s),
-            Stack::Tower => client_round(&client_rt, &tower_client, &uri, s),
+            Stack::Tower => match TowerStack::for_layers() {
+                Some(TowerStack::Full) | None => {
+                    client_round(&client_rt, &tower_client.full, &uri, s)
+                }
+                Some(TowerStack::Guarded) => {
+                    client_round(&client_rt, &tower_client.guarded, &uri, s)
+                }
+                Some(TowerStack::Timeout) => {
+                    client_round(&client_rt, &tower_client.timeout, &uri, s)
+                }
+            },
         },
     );
 }
