@@ -29,7 +29,8 @@
 //! most 1.2× the tower stack, and at least 5× faster than the tower-resilience stack.
 
 use bytes::Bytes;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, criterion_group, criterion_main};
 use fusebox::retry::ReplayBody;
 use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
 use fusebox_benches::services::{TowerRetryPolicy, URI, ready_ok};
@@ -73,6 +74,15 @@ where
         }
         thread_cpu_time().saturating_sub(start)
     })
+}
+
+/// Adds `name` to `group`: calls of `service`, timed by [`run`].
+fn time<S>(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, name: &str, service: &S)
+where
+    S: Service<Request<Empty<Bytes>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    group.bench_function(name, |b| b.iter_custom(|iters| run(rt, service, iters)));
 }
 
 /// All four layers, as the `policy` group measures them.
@@ -174,26 +184,18 @@ fn policy(c: &mut Criterion) {
     let with_routes = alone(all_layers(Policy::builder("bench").routes(routes)));
 
     let mut group = c.benchmark_group("policy_layers");
-    group.bench_function("with_routes", |b| {
-        b.iter_custom(|iters| run(&rt, &with_routes, iters))
-    });
+    time(&mut group, &rt, "with_routes", &with_routes);
     for (name, service) in &layers {
-        group.bench_function(*name, |b| b.iter_custom(|iters| run(&rt, service, iters)));
+        time(&mut group, &rt, name, service);
     }
     group.finish();
 
     let mut group = c.benchmark_group("policy");
     let base = ready_ok::<Empty<Bytes>>();
-    group.bench_function("bare", |b| b.iter_custom(|iters| run(&rt, &base, iters)));
-    group.bench_function("fusebox_policy", |b| {
-        b.iter_custom(|iters| run(&rt, &fusebox_policy, iters))
-    });
-    group.bench_function("tower_stack", |b| {
-        b.iter_custom(|iters| run(&rt, &tower_stack, iters))
-    });
-    group.bench_function("tower_resilience", |b| {
-        b.iter_custom(|iters| run(&rt, &resilience_stack, iters))
-    });
+    time(&mut group, &rt, "bare", &base);
+    time(&mut group, &rt, "fusebox_policy", &fusebox_policy);
+    time(&mut group, &rt, "tower_stack", &tower_stack);
+    time(&mut group, &rt, "tower_resilience", &resilience_stack);
     group.finish();
 }
 
@@ -253,25 +255,13 @@ fn floors(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("policy_floors");
     let base = ready_ok::<Empty<Bytes>>();
-    group.bench_function("bare", |b| b.iter_custom(|iters| run(&rt, &base, iters)));
-    group.bench_function("clock_read", |b| {
-        b.iter_custom(|iters| run(&rt, &clock_read, iters))
-    });
-    group.bench_function("tokio_sleep", |b| {
-        b.iter_custom(|iters| run(&rt, &tokio_sleep, iters))
-    });
-    group.bench_function("head_copy", |b| {
-        b.iter_custom(|iters| run(&rt, &head_copy, iters))
-    });
-    group.bench_function("tower_timeout", |b| {
-        b.iter_custom(|iters| run(&rt, &tower_timeout, iters))
-    });
-    group.bench_function("tower_limit", |b| {
-        b.iter_custom(|iters| run(&rt, &tower_limit, iters))
-    });
-    group.bench_function("tower_retry", |b| {
-        b.iter_custom(|iters| run(&rt, &tower_retry, iters))
-    });
+    time(&mut group, &rt, "bare", &base);
+    time(&mut group, &rt, "clock_read", &clock_read);
+    time(&mut group, &rt, "tokio_sleep", &tokio_sleep);
+    time(&mut group, &rt, "head_copy", &head_copy);
+    time(&mut group, &rt, "tower_timeout", &tower_timeout);
+    time(&mut group, &rt, "tower_limit", &tower_limit);
+    time(&mut group, &rt, "tower_retry", &tower_retry);
     group.finish();
 }
 
