@@ -27,6 +27,14 @@
 //! retry, on the client too) or `timeout` (tower's `Timeout` alone); for any other set the
 //! tower side is left out.
 //!
+//! With `FUSEBOX_LOAD_FLOOR=1` (and the retry and the timeout among the layers) a further
+//! side runs in every round: the floor of such a Policy, the least any retry plus timeout
+//! must do per request and nothing more — a copy of the request's head kept until the
+//! answer is in ([`fusebox_benches::services::KeepHead`]) over tower's `Timeout` (a tokio
+//! timer per request). No breaker, no limit, no budget, no classification: a Policy with
+//! these layers can only cost more, so where the floor itself misses a target, no Policy
+//! can meet it.
+//!
 //! Every request's latency (send to end of body) goes into a log-linear histogram
 //! ([`fusebox_benches::Histogram`], within 3 %). Each round first runs a warm-up that is not
 //! recorded (connections open, windows fill). The summary reports, per side, throughput
@@ -44,7 +52,8 @@
 //!   worker threads of the server's and the load generator's runtimes (two cores: one each);
 //! - `FUSEBOX_LOAD_ONLY` (`server` or `client`): run one comparison only;
 //! - `FUSEBOX_LOAD_LAYERS` (default `retry,breaker,limit,timeout`): the Policy's layers;
-//! - `FUSEBOX_LOAD_TOWER` (`1`): add the tower reference side.
+//! - `FUSEBOX_LOAD_TOWER` (`1`): add the tower reference side;
+//! - `FUSEBOX_LOAD_FLOOR` (`1`): add the floor side.
 //!
 //! Without `--bench` (as `cargo test --benches` runs it) it makes one short pair of each, to
 //! show it works; `--list` (test runners listing tests) lists nothing.
@@ -56,7 +65,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use fusebox::axum::PolicyLayer;
 use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
-use fusebox_benches::services::TowerRetryPolicy;
+use fusebox_benches::services::{KeepHeadLayer, TowerRetryPolicy};
 use fusebox_benches::{Histogram, env_secs, env_usize};
 use http::StatusCode;
 use http::{Request, Response, Uri};
@@ -100,6 +109,13 @@ fn policy() -> Policy {
         b = b.retry_budget(RetryConfig::builder().name("load"));
     }
     b.build().expect("a valid policy")
+}
+
+/// Whether the floor side runs: asked for, and the retry and the timeout both on.
+fn floor_on() -> bool {
+    std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1")
+        && layer_on("retry")
+        && layer_on("timeout")
 }
 
 /// The client's tower sides, one per [`TowerStack`].
@@ -156,6 +172,8 @@ enum Stack {
     Policy,
     /// tower's own layers (see the module docs).
     Tower,
+    /// The floor of a retry and a timeout (see the module docs).
+    Floor,
 }
 
 impl Stack {
@@ -164,6 +182,7 @@ impl Stack {
             Stack::Bare => "bare",
             Stack::Policy => "policy",
             Stack::Tower => "tower",
+            Stack::Floor => "floor",
         }
     }
 }
@@ -182,6 +201,14 @@ fn app(stack: Stack) -> Router {
     match stack {
         Stack::Bare => router,
         Stack::Policy => router.route_layer(PolicyLayer::new(policy())),
+        Stack::Floor => router.route_layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|e: BoxError| async move {
+                    (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                }))
+                .layer(KeepHeadLayer)
+                .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1))),
+        ),
         Stack::Tower => {
             let errors = HandleErrorLayer::new(|e: BoxError| async move {
                 (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -520,20 +547,30 @@ fn main() {
     if tower && TowerStack::for_layers().is_none() {
         println!("tower has no stack for these FUSEBOX_LOAD_LAYERS: the tower side is left out");
     }
-    let stacks: &[Stack] = if tower && TowerStack::for_layers().is_some() {
-        &[Stack::Bare, Stack::Policy, Stack::Tower]
-    } else {
-        &[Stack::Bare, Stack::Policy]
-    };
+    if std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1") && !floor_on() {
+        println!(
+            "the floor is that of a retry and a timeout: with these FUSEBOX_LOAD_LAYERS it is left out"
+        );
+    }
+    let mut stacks = vec![Stack::Bare, Stack::Policy];
+    if tower && TowerStack::for_layers().is_some() {
+        stacks.push(Stack::Tower);
+    }
+    if floor_on() {
+        stacks.push(Stack::Floor);
+    }
+    let stacks = &stacks[..];
     let bare_addr = serve(&server_rt, app(Stack::Bare));
     let policy_addr = serve(&server_rt, app(Stack::Policy));
     let tower_addr = serve(&server_rt, app(Stack::Tower));
+    let floor_addr = serve(&server_rt, app(Stack::Floor));
     if only != "client" {
         compare("server (axum hello world)", s, stacks, |stack| {
             let addr = match stack {
                 Stack::Bare => bare_addr,
                 Stack::Policy => policy_addr,
                 Stack::Tower => tower_addr,
+                Stack::Floor => floor_addr,
             };
             server_round(&client_rt, addr, s)
         });
@@ -543,7 +580,7 @@ fn main() {
     }
 
     let uri: Uri = format!("http://{bare_addr}/").parse().expect("a valid URI");
-    let (bare_client, policy_client, tower_client) = {
+    let (bare_client, policy_client, tower_client, floor_client) = {
         let _guard = client_rt.enter();
         // Built as `fusebox::hyper::client` builds the policy's.
         let bare: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -560,10 +597,15 @@ fn main() {
             guarded,
             timeout: timeout.layer(bare.clone()),
         };
+        let floor = ServiceBuilder::new()
+            .layer(KeepHeadLayer)
+            .layer(timeout)
+            .service(bare.clone());
         (
             bare,
             fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy()),
             tower,
+            floor,
         )
     };
     compare(
@@ -573,6 +615,7 @@ fn main() {
         |stack| match stack {
             Stack::Bare => client_round(&client_rt, &bare_client, &uri, s),
             Stack::Policy => client_round(&client_rt, &policy_client, &uri, s),
+            Stack::Floor => client_round(&client_rt, &floor_client, &uri, s),
             Stack::Tower => match TowerStack::for_layers() {
                 Some(TowerStack::Full) | None => {
                     client_round(&client_rt, &tower_client.full, &uri, s)

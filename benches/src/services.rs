@@ -1,16 +1,20 @@
 //! The services and policies the client-side benches put at both ends of a stack: the bare
 //! inner service, a failing one, the request URI, and tower's own retry policy over a
-//! `TpsBudget` (the peer fusebox's retry layer and Policy are measured against).
+//! `TpsBudget` (the peer fusebox's retry layer and Policy are measured against), and
+//! [`KeepHead`], the least a retry must do on every call.
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Empty;
+use pin_project::pin_project;
 use std::convert::Infallible;
-use std::future::Ready;
+use std::future::{Future, Ready};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tower::Service;
 use tower::retry::budget::{Budget, TpsBudget};
+use tower::{Layer, Service};
 
 /// What the bare service answers.
 pub type Reply = Result<Response<Empty<Bytes>>, Infallible>;
@@ -94,5 +98,73 @@ impl<B: Clone, R, E> tower::retry::Policy<Request<B>, Response<R>, E> for TowerR
 
     fn clone_request(&mut self, request: &Request<B>) -> Option<Request<B>> {
         Some(request.clone())
+    }
+}
+
+/// A floor for a retry layer: what any layer that may send a request again must do on every
+/// call, and nothing more. It keeps a copy of the request's head (method, URI, version,
+/// headers, extensions) until the answer is in, since the request itself is moved into
+/// the inner service; it never retries, keeps no budget and judges no answer.
+///
+/// Stacked over tower's `Timeout`, it is the floor of a Policy with a retry budget and a
+/// timeout (`http_load`'s `floor` side): a Policy can only cost more.
+#[derive(Clone, Debug)]
+pub struct KeepHead<S> {
+    inner: S,
+}
+
+/// Wraps a service in [`KeepHead`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KeepHeadLayer;
+
+impl<S> Layer<S> for KeepHeadLayer {
+    type Service = KeepHead<S>;
+
+    fn layer(&self, inner: S) -> KeepHead<S> {
+        KeepHead { inner }
+    }
+}
+
+impl<S, B> Service<Request<B>> for KeepHead<S>
+where
+    S: Service<Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = KeptHead<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let head = parts.clone();
+        KeptHead {
+            inner: self.inner.call(Request::from_parts(parts, body)),
+            head: Some(head),
+        }
+    }
+}
+
+/// [`KeepHead`]'s future: the inner call's, with the copy of the head beside it, dropped
+/// when the answer is in.
+#[pin_project]
+#[derive(Debug)]
+pub struct KeptHead<F> {
+    #[pin]
+    inner: F,
+    head: Option<http::request::Parts>,
+}
+
+impl<F: Future> Future for KeptHead<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        // The answer is in: a retry would have decided now, and let its copy go.
+        drop(this.head.take());
+        Poll::Ready(out)
     }
 }
