@@ -27,7 +27,9 @@
 //! A fifth group, `breaker_open`: a healthy call through a fusebox breaker next to a call
 //! rejected by the same kind of breaker held open by an operator (`fusebox_open_reject`)
 //! and by one that tripped on failures and is waiting out its open wait
-//! (`fusebox_tripped_reject`: it reads the clock to tell whether the wait is over).
+//! (`fusebox_tripped_reject`: it reads the clock to tell whether the wait is over), and
+//! that rejection's floor: the held-open rejection plus one clock read
+//! (`floor_open_reject_plus_clock_read`).
 //!
 //! Runtimes are built once, outside the measurement (`iter_custom`). With
 //! `FUSEBOX_BENCH_CPU_TIME=1` in the environment the figures are the process's CPU time per
@@ -222,17 +224,19 @@ impl<const N: usize> Client for ClockReads<N> {
     }
 }
 
-/// The bare call with a clock read before and after it: the floor for any breaker that
-/// measures each call's latency.
-struct Timed<S, R>(S, PhantomData<fn() -> R>);
+/// A call with `READS` clock reads around it: before it, and (for 2) after it. With two
+/// around the bare call it is the floor for any breaker that measures each call's
+/// latency; with one before a rejection by a breaker held open, the floor for a rejection
+/// that must tell whether the open wait is over.
+struct Timed<S, R, const READS: usize = 2>(S, PhantomData<fn() -> R>);
 
-impl<S: Clone, R> Clone for Timed<S, R> {
+impl<S: Clone, R, const READS: usize> Clone for Timed<S, R, READS> {
     fn clone(&self) -> Self {
         Timed(self.0.clone(), PhantomData)
     }
 }
 
-impl<S, R: Make> Client for Timed<S, R>
+impl<S, R: Make, const READS: usize> Client for Timed<S, R, READS>
 where
     S: Service<R> + Clone + Send + 'static,
     S::Future: Send,
@@ -244,7 +248,9 @@ where
         let service = self.0.ready().await.expect("the service is ready");
         let result = service.call(R::make()).await;
         black_box(&result);
-        black_box(Instant::now().saturating_duration_since(start));
+        if READS > 1 {
+            black_box(Instant::now().saturating_duration_since(start));
+        }
     }
 }
 
@@ -375,7 +381,10 @@ fn scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
     g.variant("bare", tower::<Request<()>, _>(bare()));
     g.variant("clock_read_x1", ClockReads::<1>);
     g.variant("clock_read_x2", ClockReads::<2>);
-    g.variant("bare_plus_2_clock_reads", Timed(bare(), PhantomData));
+    g.variant(
+        "bare_plus_2_clock_reads",
+        Timed::<_, _, 2>(bare(), PhantomData),
+    );
     g.variant(
         "fusebox_count_slow_off",
         tower::<Request<()>, _>(fusebox_count().layer(bare())),
@@ -404,7 +413,10 @@ fn plain_scenario(c: &mut Criterion, group: &str, rt: &Runtime, tasks: Tasks) {
 
     g.variant("bare", tower::<u64, _>(bare_plain()));
     g.variant("clock_read_x2", ClockReads::<2>);
-    g.variant("bare_plus_2_clock_reads", Timed(bare_plain(), PhantomData));
+    g.variant(
+        "bare_plus_2_clock_reads",
+        Timed::<_, _, 2>(bare_plain(), PhantomData),
+    );
     g.variant(
         "fusebox_count_slow_off",
         tower::<u64, _>(fusebox_count().plain().layer(bare_plain())),
@@ -448,6 +460,12 @@ fn open_group(c: &mut Criterion) {
     let open_layer = fusebox_count();
     open_layer.handle().force_open();
     let open = warmed(&rt, tower::<Request<()>, _>(open_layer.layer(bare())));
+    // The floor of a tripped breaker's rejection: the held-open one's, and the clock read
+    // that tells whether the open wait is over.
+    let open_plus_clock = warmed(
+        &rt,
+        Timed::<_, Request<()>, 1>(open_layer.layer(bare()), PhantomData),
+    );
     // Trips on the warm-up's 503s, then stays open for five minutes: every measured call is
     // rejected inside the open wait.
     let tripped_layer = CircuitBreakerLayer::new(
@@ -476,6 +494,9 @@ fn open_group(c: &mut Criterion) {
     });
     g.bench_function("fusebox_tripped_reject", |b| {
         b.iter_custom(|iters| one_task(&rt, &tripped, iters))
+    });
+    g.bench_function("floor_open_reject_plus_clock_read", |b| {
+        b.iter_custom(|iters| one_task(&rt, &open_plus_clock, iters))
     });
     g.finish();
 }

@@ -27,13 +27,14 @@
 //! retry, on the client too) or `timeout` (tower's `Timeout` alone); for any other set the
 //! tower side is left out.
 //!
-//! With `FUSEBOX_LOAD_FLOOR=1` (and the retry and the timeout among the layers) a further
-//! side runs in every round: the floor of such a Policy, the least any retry plus timeout
-//! must do per request and nothing more — a copy of the request's head kept until the
-//! answer is in ([`fusebox_benches::services::KeepHead`]) over tower's `Timeout` (a tokio
-//! timer per request). No breaker, no limit, no budget, no classification: a Policy with
-//! these layers can only cost more, so where the floor itself misses a target, no Policy
-//! can meet it.
+//! With `FUSEBOX_LOAD_FLOOR=1` a further side runs in every round: the floor of the
+//! Policy's layers, the least their work takes per request and nothing more. With the
+//! retry and the timeout among the layers it is a copy of the request's head kept until
+//! the answer is in ([`fusebox_benches::services::KeepHead`]: what a retry needs to send
+//! the request again) over tower's `Timeout` (a tokio timer per request); with the timeout
+//! and no retry, tower's `Timeout` alone; without the timeout there is no floor. No
+//! breaker, no limit, no budget, no classification: a Policy with these layers can only
+//! cost more, so where the floor itself misses a target, no Policy can meet it.
 //!
 //! Every request's latency (send to end of body) goes into a log-linear histogram
 //! ([`fusebox_benches::Histogram`], within 3 %). Each round first runs a warm-up that is not
@@ -111,11 +112,34 @@ fn policy() -> Policy {
     b.build().expect("a valid policy")
 }
 
-/// Whether the floor side runs: asked for, and the retry and the timeout both on.
-fn floor_on() -> bool {
-    std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1")
-        && layer_on("retry")
-        && layer_on("timeout")
+/// The floor side's work (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    /// A copy of the request's head kept over tower's `Timeout`: a retry and a timeout.
+    HeadAndTimer,
+    /// tower's `Timeout` alone: a timeout.
+    Timer,
+}
+
+impl Floor {
+    /// The floor of the layers `FUSEBOX_LOAD_LAYERS` names, if they have one.
+    fn for_layers() -> Option<Floor> {
+        match (layer_on("retry"), layer_on("timeout")) {
+            (true, true) => Some(Floor::HeadAndTimer),
+            (false, true) => Some(Floor::Timer),
+            (_, false) => None,
+        }
+    }
+}
+
+/// The floor the floor side runs: asked for with `FUSEBOX_LOAD_FLOOR=1`, and the layers
+/// have one.
+fn floor() -> Option<Floor> {
+    if std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1") {
+        Floor::for_layers()
+    } else {
+        None
+    }
 }
 
 /// The client's tower sides, one per [`TowerStack`].
@@ -201,14 +225,22 @@ fn app(stack: Stack) -> Router {
     match stack {
         Stack::Bare => router,
         Stack::Policy => router.route_layer(PolicyLayer::new(policy())),
-        Stack::Floor => router.route_layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|e: BoxError| async move {
-                    (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-                }))
-                .layer(KeepHeadLayer)
-                .layer(tower::timeout::TimeoutLayer::new(Duration::from_secs(1))),
-        ),
+        Stack::Floor => {
+            let errors = HandleErrorLayer::new(|e: BoxError| async move {
+                (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            });
+            let timeout = tower::timeout::TimeoutLayer::new(Duration::from_secs(1));
+            if floor() == Some(Floor::HeadAndTimer) {
+                router.route_layer(
+                    ServiceBuilder::new()
+                        .layer(errors)
+                        .layer(KeepHeadLayer)
+                        .layer(timeout),
+                )
+            } else {
+                router.route_layer(ServiceBuilder::new().layer(errors).layer(timeout))
+            }
+        }
         Stack::Tower => {
             let errors = HandleErrorLayer::new(|e: BoxError| async move {
                 (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
@@ -547,16 +579,14 @@ fn main() {
     if tower && TowerStack::for_layers().is_none() {
         println!("tower has no stack for these FUSEBOX_LOAD_LAYERS: the tower side is left out");
     }
-    if std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1") && !floor_on() {
-        println!(
-            "the floor is that of a retry and a timeout: with these FUSEBOX_LOAD_LAYERS it is left out"
-        );
+    if std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1") && floor().is_none() {
+        println!("these FUSEBOX_LOAD_LAYERS have no floor (it needs the timeout): it is left out");
     }
     let mut stacks = vec![Stack::Bare, Stack::Policy];
     if tower && TowerStack::for_layers().is_some() {
         stacks.push(Stack::Tower);
     }
-    if floor_on() {
+    if floor().is_some() {
         stacks.push(Stack::Floor);
     }
     let stacks = &stacks[..];
@@ -615,7 +645,12 @@ fn main() {
         |stack| match stack {
             Stack::Bare => client_round(&client_rt, &bare_client, &uri, s),
             Stack::Policy => client_round(&client_rt, &policy_client, &uri, s),
-            Stack::Floor => client_round(&client_rt, &floor_client, &uri, s),
+            Stack::Floor => match floor() {
+                Some(Floor::HeadAndTimer) | None => {
+                    client_round(&client_rt, &floor_client, &uri, s)
+                }
+                Some(Floor::Timer) => client_round(&client_rt, &tower_client.timeout, &uri, s),
+            },
             Stack::Tower => match TowerStack::for_layers() {
                 Some(TowerStack::Full) | None => {
                     client_round(&client_rt, &tower_client.full, &uri, s)
