@@ -56,8 +56,9 @@
 //! - `FUSEBOX_LOAD_TOWER` (`1`): add the tower reference side;
 //! - `FUSEBOX_LOAD_FLOOR` (`1`): add the floor side.
 //!
-//! Without `--bench` (as `cargo test --benches` runs it) it makes one short pair of each, to
-//! show it works; `--list` (test runners listing tests) lists nothing.
+//! Without `--bench` (as `cargo test --benches` runs it) it makes one short round of every
+//! side of each comparison (the tower and floor sides included), to show it works;
+//! `--list` (test runners listing tests) lists nothing.
 #![allow(clippy::print_stdout, reason = "a load generator reports on stdout")]
 
 use axum::Router;
@@ -129,16 +130,6 @@ impl Floor {
             (false, true) => Some(Floor::Timer),
             (_, false) => None,
         }
-    }
-}
-
-/// The floor the floor side runs: asked for with `FUSEBOX_LOAD_FLOOR=1`, and the layers
-/// have one.
-fn floor() -> Option<Floor> {
-    if std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1") {
-        Floor::for_layers()
-    } else {
-        None
     }
 }
 
@@ -230,7 +221,7 @@ fn app(stack: Stack) -> Router {
                 (StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             });
             let timeout = tower::timeout::TimeoutLayer::new(Duration::from_secs(1));
-            if floor() == Some(Floor::HeadAndTimer) {
+            if Floor::for_layers() == Some(Floor::HeadAndTimer) {
                 router.route_layer(
                     ServiceBuilder::new()
                         .layer(errors)
@@ -575,18 +566,20 @@ fn main() {
     let client_rt = runtime(env_usize("FUSEBOX_LOAD_CLIENT_THREADS", 1));
 
     let only = std::env::var("FUSEBOX_LOAD_ONLY").unwrap_or_default();
-    let tower = std::env::var("FUSEBOX_LOAD_TOWER").is_ok_and(|v| v == "1");
+    // The short run (without `--bench`) runs every side it can, to show each works.
+    let tower = !full || std::env::var("FUSEBOX_LOAD_TOWER").is_ok_and(|v| v == "1");
+    let floor = !full || std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1");
     if tower && TowerStack::for_layers().is_none() {
         println!("tower has no stack for these FUSEBOX_LOAD_LAYERS: the tower side is left out");
     }
-    if std::env::var("FUSEBOX_LOAD_FLOOR").is_ok_and(|v| v == "1") && floor().is_none() {
+    if floor && Floor::for_layers().is_none() {
         println!("these FUSEBOX_LOAD_LAYERS have no floor (it needs the timeout): it is left out");
     }
     let mut stacks = vec![Stack::Bare, Stack::Policy];
     if tower && TowerStack::for_layers().is_some() {
         stacks.push(Stack::Tower);
     }
-    if floor().is_some() {
+    if floor && Floor::for_layers().is_some() {
         stacks.push(Stack::Floor);
     }
     let stacks = &stacks[..];
@@ -645,7 +638,7 @@ fn main() {
         |stack| match stack {
             Stack::Bare => client_round(&client_rt, &bare_client, &uri, s),
             Stack::Policy => client_round(&client_rt, &policy_client, &uri, s),
-            Stack::Floor => match floor() {
+            Stack::Floor => match Floor::for_layers() {
                 Some(Floor::HeadAndTimer) | None => {
                     client_round(&client_rt, &floor_client, &uri, s)
                 }

@@ -168,3 +168,54 @@ impl<F: Future> Future for KeptHead<F> {
         Poll::Ready(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+    use std::pin::pin;
+    use tokio::sync::oneshot;
+    use tower::ServiceExt;
+
+    /// The inner service gets the request as sent; the copy of its head is kept while the
+    /// answer is pending, and let go once it is in.
+    #[test]
+    fn keeps_a_copy_of_the_head_until_the_answer() {
+        let rt = crate::current_thread();
+        rt.block_on(async {
+            let (answer, answered) = oneshot::channel::<()>();
+            let answered = std::sync::Mutex::new(Some(answered));
+            let inner = tower::service_fn(move |request: Request<&'static str>| {
+                assert_eq!(request.method(), http::Method::PUT);
+                assert_eq!(request.uri(), "http://127.0.0.1/users/42");
+                assert_eq!(request.headers()["x-id"], "7");
+                assert_eq!(*request.body(), "body");
+                let answered = answered.lock().expect("unpoisoned").take();
+                async move {
+                    if let Some(answered) = answered {
+                        let _ = answered.await;
+                    }
+                    Ok::<_, Infallible>(Response::new(request.into_body()))
+                }
+            });
+            let mut service = KeepHeadLayer.layer(inner);
+            let request = Request::put("http://127.0.0.1/users/42")
+                .header("x-id", "7")
+                .body("body")
+                .expect("a valid request");
+            let service = service.ready().await.expect("ready");
+            let mut future = pin!(service.call(request));
+            assert!(poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx).is_pending())).await);
+            let head = future.head.as_ref().expect("kept while pending");
+            assert_eq!(head.method, http::Method::PUT);
+            assert_eq!(head.uri, "http://127.0.0.1/users/42");
+            assert_eq!(head.headers["x-id"], "7");
+            answer.send(()).expect("the call waits for its answer");
+            let response = poll_fn(|cx| future.as_mut().poll(cx))
+                .await
+                .expect("answered");
+            assert_eq!(*response.body(), "body");
+            assert!(future.head.is_none(), "let go once the answer is in");
+        });
+    }
+}
