@@ -187,7 +187,7 @@ enum Stack {
     Policy,
     /// tower's own layers (see the module docs).
     Tower,
-    /// The floor of a retry and a timeout (see the module docs).
+    /// The floor of the Policy's layers (see the module docs and [`Floor`]).
     Floor,
 }
 
