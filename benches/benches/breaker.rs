@@ -281,6 +281,7 @@ fn fusebox_count_slow() -> CircuitBreakerLayer {
         Route::default().slow_call_duration(Duration::from_secs(1)),
     ))
     .build()
+    .expect("an in-memory breaker always builds")
 }
 
 /// fusebox, time window of the last 60 s in 60 buckets, no slow-call threshold.

@@ -205,15 +205,18 @@ fn redis_store(c: &mut Criterion) {
     let batched = CircuitBreakerLayer::builder(breaker("bench-batched", false))
         .store(on_redis(&server, false))
         .build()
+        .expect("the Redis store accepts the breaker")
         .layer(bare());
     let strict = CircuitBreakerLayer::builder(breaker("bench-strict", false))
         .store(on_redis(&server, true))
         .build()
+        .expect("the Redis store accepts the breaker")
         .layer(bare());
     let memory_time = CircuitBreakerLayer::new(breaker("bench-memory-time", true)).layer(bare());
     let batched_time = CircuitBreakerLayer::builder(breaker("bench-batched-time", true))
         .store(on_redis(&server, false))
         .build()
+        .expect("the Redis store accepts the breaker")
         .layer(bare());
     warm(&rt, &memory);
     warm(&rt, &batched);

@@ -79,7 +79,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let layer = CircuitBreakerLayer::builder(config).routes(routes).build();
+    let layer = CircuitBreakerLayer::builder(config)
+        .routes(routes)
+        .build()
+        .expect("an in-memory breaker always builds");
     let handle = layer.handle();
     let printer = tokio::spawn(print_transitions(handle.subscribe(), started));
 

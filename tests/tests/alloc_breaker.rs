@@ -88,7 +88,8 @@ fn closed_healthy_calls_allocate_nothing() {
         .routes(RouteTable::single(
             Route::default().slow_call_duration(Duration::from_secs(1)),
         ))
-        .build();
+        .build()
+        .expect("an in-memory breaker always builds");
     let handle = layer.handle();
     let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
     assert_no_allocations(&rt, layer.layer(ready), "count window, slow-call tracking");
@@ -114,6 +115,7 @@ fn closed_healthy_calls_allocate_nothing() {
         let layer = CircuitBreakerLayer::builder(config())
             .routes(RouteTable::single(route))
             .build()
+            .expect("an in-memory breaker always builds")
             .plain();
         let handle = layer.handle();
         let lookup = tower::service_fn(|key: u64| async move { Ok::<_, Infallible>(key * 2) });

@@ -54,7 +54,8 @@ fn breaker_client(
 ) -> (Client, BreakerHandle) {
     let layer = CircuitBreakerLayer::builder(config.build().expect("a valid breaker config"))
         .routes(routes)
-        .build();
+        .build()
+        .expect("an in-memory breaker always builds");
     let handle = layer.handle();
     (ServiceBuilder::new().layer(layer).service(client()), handle)
 }
@@ -519,7 +520,8 @@ async fn drill_gradual_recovery_closes_without_a_stampede() {
                 .push(Mark::Moved(t.from, t.to, t.reason, start.elapsed()));
         }
     })
-    .build();
+    .build()
+    .expect("an in-memory breaker always builds");
     let handle = layer.handle();
     let mut events = handle.subscribe();
     let svc = ServiceBuilder::new().layer(layer).service(client());

@@ -349,7 +349,8 @@ fn through_layers(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
     paused().block_on(async {
         let breaker = CircuitBreakerLayer::builder(breaker_config())
             .routes(routes())
-            .build();
+            .build()
+            .expect("an in-memory breaker always builds");
         let limit = ConcurrencyLimitLayer::with_routes(limit_config(shape), routes());
         let timeout = TimeoutLayer::new(routes(), timeout_config());
         let (breaker_handle, limit_handle) = (breaker.handle(), limit.handle());

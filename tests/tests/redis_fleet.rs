@@ -352,7 +352,7 @@ async fn two_scopes_do_not_interfere_and_every_key_carries_its_scope_as_hash_tag
             .unwrap_or_else(|| panic!("{key}: no hash tag"));
         assert!(scopes.contains(&tag), "{key}: unknown scope {tag}");
         assert!(
-            ["state", "window", "ring", "leases"].contains(&suffix),
+            ["state", "window", "ring", "leases", "epoch"].contains(&suffix),
             "{key}: unknown key"
         );
         assert_eq!(key.matches('{').count(), 1, "{key}");

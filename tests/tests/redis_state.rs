@@ -1,6 +1,7 @@
-//! The fleet state as Redis holds it: epochs that discard stale results, states other than
-//! CLOSED that never expire, a missing record that reads as CLOSED, and a replica that
-//! starts mid-incident and rejects from its first call.
+//! The fleet state as Redis holds it: epochs that discard stale results and never repeat
+//! (across idle expiry, FLUSHALL and a Redis restart), states other than CLOSED that never
+//! expire, a missing record that reads as CLOSED, and a replica that starts mid-incident and
+//! rejects from its first call.
 
 mod redis_common;
 
@@ -15,6 +16,7 @@ use std::time::Duration;
 const STATE: &str = "fusebox:{dep:payments}:state";
 const WINDOW: &str = "fusebox:{dep:payments}:window";
 const RING: &str = "fusebox:{dep:payments}:ring";
+const EPOCH: &str = "fusebox:{dep:payments}:epoch";
 
 async fn window_calls(conn: &mut redis::aio::MultiplexedConnection) -> i64 {
     let n: Option<i64> = conn.hget(WINDOW, "n").await.expect("HGET");
@@ -43,9 +45,10 @@ async fn stale_results_are_discarded(strict: bool) {
         || async { window_calls(&mut inspect(&server).await).await == 1 },
     )
     .await;
-    assert_eq!(r.handle().snapshot().generation, 0);
+    let first: u64 = conn.get(EPOCH).await.expect("GET");
+    assert_eq!(r.handle().snapshot().generation, first);
 
-    // Five calls are admitted in epoch 0 and held by the dependency ...
+    // Five calls are admitted in the first epoch and held by the dependency ...
     dep.shut_gate();
     let before = dep.calls();
     let held: Vec<_> = (0..5)
@@ -58,22 +61,22 @@ async fn stale_results_are_discarded(strict: bool) {
         dep.calls() == before + 5
     })
     .await;
-    // ... while the fleet moves to epoch 41 behind this replica's back (as another
-    // replica's transitions would, with the message lost). Their results carry epoch 0.
-    let () = conn.hset(STATE, "ep", 41).await.expect("HSET");
+    // ... while the fleet moves 41 epochs on behind this replica's back (as another
+    // replica's transitions would, with the message lost). Their results carry the first.
+    let () = conn.set(EPOCH, first + 41).await.expect("SET");
     dep.open_gate();
     for call in held {
         assert_eq!(call.await.expect("no panic").expect("admitted"), 503);
     }
     // The script discarded them; its answer taught the replica the new epoch.
     eventually(WITHIN, "the replica learns the epoch", || async {
-        r.handle().snapshot().generation == 41
+        r.handle().snapshot().generation == first + 41
     })
     .await;
     assert_eq!(
         window_calls(&mut conn).await,
         1,
-        "results of epoch 0 were discarded"
+        "results of the first epoch were discarded"
     );
     assert_eq!(r.state(), State::Closed);
 
@@ -105,6 +108,7 @@ async fn the_epoch_moves_on_every_transition_but_open_to_half_open_and_waits_gro
     });
     let mut replicas = fleet(1, &config, &store(&server, |b| b.strict())).await;
     let mut conn = inspect(&server).await;
+    let first = replicas[0].handle().snapshot().generation;
     let dep = Dependency::new(503);
     for _ in 0..10 {
         let _ = replicas[0].call(&dep).await;
@@ -133,16 +137,24 @@ async fn the_epoch_moves_on_every_transition_but_open_to_half_open_and_waits_gro
         r.state() == State::Closed
     })
     .await;
+    let seen = replicas[0].transitions_with_epochs();
+    let moves: Vec<(State, State)> = seen.iter().map(|t| (t.0, t.1)).collect();
     assert_eq!(
-        replicas[0].transitions_with_epochs(),
+        moves,
         [
-            (State::Closed, State::Open, 1),
-            (State::Open, State::HalfOpen, 1),
-            (State::HalfOpen, State::Open, 2),
-            (State::Open, State::HalfOpen, 2),
-            (State::HalfOpen, State::Closed, 3),
+            (State::Closed, State::Open),
+            (State::Open, State::HalfOpen),
+            (State::HalfOpen, State::Open),
+            (State::Open, State::HalfOpen),
+            (State::HalfOpen, State::Closed),
         ]
     );
+    let e: Vec<u64> = seen.iter().map(|t| t.2).collect();
+    assert!(first < e[0], "the trip moves the epoch: {first} then {e:?}");
+    assert_eq!(e[0], e[1], "OPEN -> HALF_OPEN keeps it: {e:?}");
+    assert!(e[1] < e[2], "a failed probe moves it: {e:?}");
+    assert_eq!(e[2], e[3], "OPEN -> HALF_OPEN keeps it: {e:?}");
+    assert!(e[3] < e[4], "closing moves it: {e:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,14 +204,16 @@ async fn a_missing_record_reads_as_closed() {
     let replicas = fleet(1, &config, &store).await;
     let r = &replicas[0];
     let mut conn = inspect(&server).await;
-    assert!(
-        all_keys(&mut conn).await.is_empty(),
-        "reading wrote nothing"
+    assert_eq!(
+        all_keys(&mut conn).await,
+        [EPOCH],
+        "reading wrote nothing but the scope's epoch"
     );
+    let first: u64 = conn.get(EPOCH).await.expect("GET");
     let s = r.handle().snapshot();
     assert_eq!(
         (s.state, s.generation, s.window.calls),
-        (State::Closed, 0, 0)
+        (State::Closed, first, 0)
     );
 
     let dep = Dependency::new(503);
@@ -207,6 +221,7 @@ async fn a_missing_record_reads_as_closed() {
         let _ = r.call(&dep).await;
     }
     eventually(WITHIN, "open", || async { r.state() == State::Open }).await;
+    let opened = r.handle().snapshot().generation;
     // The record disappears (a flushed or replaced Redis): the next poll reads CLOSED.
     let () = redis::cmd("FLUSHALL")
         .query_async(&mut conn)
@@ -216,7 +231,11 @@ async fn a_missing_record_reads_as_closed() {
         r.state() == State::Closed
     })
     .await;
-    assert_eq!(r.handle().snapshot().generation, 0);
+    let epoch = r.handle().snapshot().generation;
+    assert!(
+        epoch > opened && opened > first,
+        "a new epoch, never an old one: {first}, {opened} then {epoch}"
+    );
     assert_eq!(r.call(&dep).await.expect("admitted"), 503, "admitted");
 }
 
@@ -239,7 +258,8 @@ async fn a_replica_started_mid_incident_rejects_from_its_first_call() {
     assert_eq!(redis.prefetch(&config, None).await, Some(State::Open));
     let layer = CircuitBreakerLayer::builder(config.clone())
         .store(redis.clone())
-        .build();
+        .build()
+        .expect("the Redis store accepts the breaker");
     let newcomer = Replica {
         events: layer.handle().subscribe(),
         layer,

@@ -41,7 +41,8 @@ impl<C, St: Store> fmt::Debug for CircuitBreakerLayer<C, St> {
 impl CircuitBreakerLayer {
     /// A breaker with `config`, the default classifier for every route, and in-memory state.
     pub fn new(config: CircuitBreakerConfig) -> Self {
-        Self::builder(config).build()
+        // In memory, any valid configuration can be kept: nothing to check.
+        Self::builder(config).assemble()
     }
 
     /// A builder, to set routes, a store, listeners, or keys.
@@ -152,8 +153,17 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
         self
     }
 
-    /// The layer: one breaker.
-    pub fn build(self) -> CircuitBreakerLayer<C, M::Store> {
+    /// The layer: one breaker. Fails, naming each problem's field, when the store cannot
+    /// keep this breaker's state (with `fusebox-redis`: a breaker name that is not a valid
+    /// scope part while the store's scope does not name the dependency, `store.scope.dep`).
+    pub fn build(self) -> Result<CircuitBreakerLayer<C, M::Store>, ConfigError> {
+        self.make
+            .check(&self.config, false)
+            .map_err(|e| e.prefixed("store"))?;
+        Ok(self.assemble())
+    }
+
+    fn assemble(self) -> CircuitBreakerLayer<C, M::Store> {
         let clock = Clock::new();
         let config = Arc::new(self.config);
         let events = EventSink::new(Arc::clone(&config.name), self.listeners);
@@ -182,6 +192,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
         key_fn: F,
     ) -> Result<KeyedCircuitBreakerLayer<F, C, M>, ConfigError> {
         let mut v = Validator::new();
+        v.nested("store", self.make.check(&self.config, true));
         v.check(self.max_keys >= 1, "max_keys", || {
             "must be at least 1, got 0".into()
         });

@@ -394,6 +394,7 @@ mod tests {
             Route::default().slow_call_duration(Duration::from_millis(100)),
         ))
         .build()
+        .expect("an in-memory breaker always builds")
         .plain();
         let reasons = Arc::new(Mutex::new(Vec::new()));
         let mut events = layer.handle().subscribe();
@@ -488,6 +489,7 @@ mod tests {
         let layer = CircuitBreakerLayer::builder(config().build().unwrap())
             .routes(RouteTable::single(Route::new(classifier.clone())))
             .build()
+            .expect("an in-memory breaker always builds")
             .plain();
         let handle = layer.handle();
         let mut svc = layer.layer(tower::service_fn(|kind: io::ErrorKind| async move {

@@ -260,6 +260,45 @@ pub(crate) enum Effect {
     WouldOpen(bool, Reason, WindowTotals),
 }
 
+/// The random part of each open wait: a draw from `0..=open_wait_jitter` per opening, from
+/// random numbers seeded by [`CircuitBreakerConfigBuilder::seed`] when set (so that the same
+/// seed gives the same waits in every store: in memory, and for the openings a replica
+/// causes on a fleet's shared store), and randomly otherwise.
+///
+/// [`CircuitBreakerConfigBuilder::seed`]: crate::CircuitBreakerConfigBuilder::seed
+#[derive(Debug)]
+pub struct OpenJitter {
+    max_nanos: u64,
+    rng: SmallRng,
+}
+
+impl OpenJitter {
+    /// The jitter of `config`'s breaker; `salt` varies an unseeded breaker's numbers.
+    pub fn new(config: &CircuitBreakerConfig, salt: u64) -> Self {
+        let rng = match config.seed {
+            Some(seed) => SmallRng::seed_from_u64(seed),
+            // Unseeded: a per-process random seed (std's hasher keys), mixed with the salt.
+            None => SmallRng::seed_from_u64(std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                salt,
+            )),
+        };
+        OpenJitter {
+            max_nanos: fusebox_classify::clock::duration_nanos(config.open_wait_jitter),
+            rng,
+        }
+    }
+
+    /// The jitter of the next opening.
+    pub fn draw(&mut self) -> Duration {
+        Duration::from_nanos(if self.max_nanos == 0 {
+            0
+        } else {
+            self.rng.random_range(0..=self.max_nanos)
+        })
+    }
+}
+
 /// The state machine of one breaker.
 #[derive(Debug)]
 pub(crate) struct Machine {
@@ -275,7 +314,7 @@ pub(crate) struct Machine {
     probes_succeeded: u32,
     entered_at: Nanos,
     would_open: bool,
-    rng: SmallRng,
+    jitter: OpenJitter,
 }
 
 impl Machine {
@@ -286,14 +325,7 @@ impl Machine {
                 Window::Time(TimeWindow::new(duration, buckets))
             }
         };
-        let rng = match cfg.seed {
-            Some(seed) => SmallRng::seed_from_u64(seed),
-            // Unseeded: a per-process random seed (std's hasher keys), mixed with the time.
-            None => SmallRng::seed_from_u64(std::hash::BuildHasher::hash_one(
-                &std::collections::hash_map::RandomState::new(),
-                now.0,
-            )),
-        };
+        let jitter = OpenJitter::new(&cfg, now.0);
         Machine {
             cfg,
             state: State::Closed,
@@ -307,7 +339,7 @@ impl Machine {
             probes_succeeded: 0,
             entered_at: now,
             would_open: false,
-            rng,
+            jitter,
         }
     }
 
@@ -548,12 +580,7 @@ impl Machine {
     fn enter_open(&mut self, reason: Reason, now: Nanos) -> Transition {
         self.trips = self.trips.saturating_add(1);
         let base = self.cfg.open_wait_for(self.trips);
-        let max_jitter = fusebox_classify::clock::duration_nanos(self.cfg.open_wait_jitter);
-        let jitter = Duration::from_nanos(if max_jitter == 0 {
-            0
-        } else {
-            self.rng.random_range(0..=max_jitter)
-        });
+        let jitter = self.jitter.draw();
         let wait = base.saturating_add(jitter);
         self.open_until = now.plus(wait);
         self.move_to(State::Open, reason, now, Some(wait), Some(jitter))

@@ -19,7 +19,7 @@
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::state::{Command, Effect, Machine, Permit, PermitKind, Rejected, Snapshot, State};
-use fusebox_classify::{Clock, Nanos};
+use fusebox_classify::{Clock, ConfigError, Nanos};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -80,6 +80,15 @@ pub trait MakeStore: Send + Sync + 'static {
 
     /// Makes the store for `spec`.
     fn make_store(&self, spec: StoreSpec) -> Self::Store;
+
+    /// Checks, when a layer is built, that the stores made by this can keep the state of a
+    /// breaker with `config` (`keyed`: one breaker per key), naming each problem's field
+    /// relative to the store (the layer's builder reports it under `store`). The default
+    /// accepts every breaker.
+    fn check(&self, config: &CircuitBreakerConfig, keyed: bool) -> Result<(), ConfigError> {
+        let _ = (config, keyed);
+        Ok(())
+    }
 }
 
 /// Makes [`MemoryStore`]s: state in this process (the default).

@@ -222,10 +222,12 @@ async fn per_route_429_and_slow_calls() {
         .unwrap();
     let partner = CircuitBreakerLayer::builder(config().build().unwrap())
         .routes(table.clone())
-        .build();
+        .build()
+        .expect("an in-memory breaker always builds");
     let internal = CircuitBreakerLayer::builder(config().build().unwrap())
         .routes(table.clone())
-        .build();
+        .build()
+        .expect("an in-memory breaker always builds");
     let dep = Dep::new(429);
     let mut p = partner.layer(dep.clone());
     let mut i = internal.layer(dep.clone());
@@ -239,7 +241,8 @@ async fn per_route_429_and_slow_calls() {
     // Slow calls: a route with a 100 ms threshold, a dependency taking 150 ms.
     let slow = CircuitBreakerLayer::builder(config().slow_call_rate_threshold(50).build().unwrap())
         .routes(table)
-        .build();
+        .build()
+        .expect("an in-memory breaker always builds");
     let mut svc = slow.layer(tower::service_fn(|_: Request<()>| async {
         tokio::time::sleep(Duration::from_millis(150)).await;
         Ok::<_, Infallible>(status(200))

@@ -67,7 +67,11 @@
 //! `min_calls_to_open` / `max_calls_to_open` (calls the breaker admitted from the start
 //! of `first_open_in` until it opened) and `max_dependency_in_flight` (the most requests
 //! the dependency handled at once: no stampede). With several replicas, each replica's
-//! breaker is checked.
+//! breaker is checked, and `max_dependency_in_flight` bounds each replica's share (the
+//! dependency may see that many from every replica). When the replicas share one breaker
+//! on a store (`--store`), a half-open period is the fleet's: its calls are every
+//! replica's probes in that period's epoch, and `min_calls_to_open` counts the calls every
+//! replica admitted (one window cannot open on fewer, whichever replicas made them).
 
 use crate::config::{Dur, PolicySpec, fmt_duration, policy_from_table};
 use crate::input::{InputError, SourceFile};

@@ -179,3 +179,85 @@ fn an_unreachable_store_is_reported() {
         run.stderr
     );
 }
+
+/// Runs the built-in `scenario` ten times in a row with three replicas sharing one breaker
+/// on a fresh scope of a real Redis each time: every run must pass all the scenario's
+/// expectations, fleet-wide half-open counts included. The drill runs on real time (Redis's
+/// clock cannot be paused), so each run takes as long as the scenario.
+async fn a_builtin_scenario_passes_ten_times_on_a_fleet(scenario: &str) {
+    let dir = scratch(&format!("redis-builtin-{scenario}"));
+    let redis = redis_server(&dir).await;
+    let url = format!("redis://127.0.0.1:{}/0", redis.port);
+    for run in 1..=10 {
+        let out = format!("out-{run}");
+        let result = fusebox(
+            &dir,
+            &[
+                "drill",
+                scenario,
+                "--replicas",
+                "3",
+                "--store",
+                &url,
+                "-q",
+                "--out",
+                &out,
+            ],
+        );
+        assert_eq!(
+            result.code, 0,
+            "run {run} of {scenario:?} failed:\n{}\n{}",
+            result.stdout, result.stderr
+        );
+        let json = read_json(&dir, &format!("{out}/report.json"));
+        assert_eq!(json["passed"], true, "run {run}");
+        assert_eq!(json["replica_reports"].as_array().map(Vec::len), Some(3));
+    }
+}
+
+#[tokio::test]
+async fn brownout_passes_ten_times_in_a_row_on_a_fleet() {
+    a_builtin_scenario_passes_ten_times_on_a_fleet("brownout").await;
+}
+
+#[tokio::test]
+async fn latency_injection_passes_ten_times_in_a_row_on_a_fleet() {
+    a_builtin_scenario_passes_ten_times_on_a_fleet("latency-injection").await;
+}
+
+#[tokio::test]
+async fn bad_requests_pass_ten_times_in_a_row_on_a_fleet() {
+    a_builtin_scenario_passes_ten_times_on_a_fleet("bad-requests").await;
+}
+
+#[tokio::test]
+async fn unavailable_passes_ten_times_in_a_row_on_a_fleet() {
+    a_builtin_scenario_passes_ten_times_on_a_fleet("unavailable").await;
+}
+
+#[tokio::test]
+async fn gradual_recovery_passes_ten_times_in_a_row_on_a_fleet() {
+    a_builtin_scenario_passes_ten_times_on_a_fleet("gradual-recovery").await;
+}
+
+#[test]
+fn every_builtin_scenario_has_its_fleet_drill() {
+    let tested = [
+        "brownout",
+        "latency-injection",
+        "bad-requests",
+        "unavailable",
+        "gradual-recovery",
+    ];
+    let mut builtin: Vec<&str> = fusebox_cli::scenario::BUILTIN
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
+    builtin.sort_unstable();
+    let mut tested = tested.to_vec();
+    tested.sort_unstable();
+    assert_eq!(
+        builtin, tested,
+        "a built-in scenario without a fleet drill test"
+    );
+}

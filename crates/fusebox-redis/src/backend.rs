@@ -2,11 +2,12 @@
 //! share — the reconnecting connection, the loaded script, and one pub/sub connection that
 //! hears every scope's transitions.
 
-use crate::config::RedisStoreConfig;
+use crate::config::{MAX_SCOPE_PART, RedisStoreConfig, is_valid_scope_part};
 use crate::script::{ConfigArgs, Keys, Op, Reply, invocation};
 use crate::store::{RedisStore, Shared};
 use fusebox_breaker::store::{MakeStore, StoreSpec};
 use fusebox_breaker::{CircuitBreakerConfig, State};
+use fusebox_classify::{ConfigError, Validator};
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::{HashMap, HashSet};
@@ -146,6 +147,8 @@ impl MakeStore for OnRedis {
         match config.scope.render(spec.config.name(), spec.key.as_deref()) {
             Some(scope) => RedisStore::shared(Arc::clone(&self.backend), spec, scope),
             None => {
+                // Refused when a layer is built (`check`); a store made without one keeps
+                // its state here rather than under a scope that is not one.
                 tracing::error!(
                     target: "fusebox::redis",
                     breaker = %spec.config.name(),
@@ -154,6 +157,36 @@ impl MakeStore for OnRedis {
                 RedisStore::local(spec)
             }
         }
+    }
+
+    /// Refuses, naming the field: a breaker whose name is not a valid scope part while the
+    /// scope does not name the dependency (`scope.dep`); shared keys for an unkeyed breaker,
+    /// and a keyed breaker that lists none (`shared_keys`).
+    fn check(&self, breaker: &CircuitBreakerConfig, keyed: bool) -> Result<(), ConfigError> {
+        let config = &self.backend.config;
+        let mut v = Validator::new();
+        if config.scope.dep_name().is_none() && !is_valid_scope_part(breaker.name()) {
+            v.fail(
+                "scope.dep",
+                format!(
+                    "must name the dependency: the breaker's name {:?}, which it defaults to, is not a valid Redis scope part (1 to {MAX_SCOPE_PART} ASCII letters, digits, '.', '_' or '-')",
+                    breaker.name()
+                ),
+            );
+        }
+        let shares_keys = !config.shared_keys.is_empty();
+        if shares_keys && !keyed {
+            v.fail(
+                "shared_keys",
+                "only a keyed breaker has keys to share, and this one is unkeyed",
+            );
+        } else if keyed && !shares_keys {
+            v.fail(
+                "shared_keys",
+                "must list the keys the fleet shares: a keyed breaker keeps on Redis only the keys listed (keys computed from requests never reach Redis otherwise), and none is",
+            );
+        }
+        v.finish(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! Outcomes waiting to be flushed to Redis: counts in one atomic word, stamped with the
 //! epoch they were admitted in.
 //!
-//! A word holds the low 16 bits of the epoch and three 16-bit counts (calls, failures, slow
+//! A word holds a 16-bit stamp of the epoch and three 16-bit counts (calls, failures, slow
 //! calls). Adding checks the stamp and adds in one compare-and-swap, so an outcome is
 //! counted in the batch of its own epoch or not at all: when the fleet moves to a new epoch
 //! the worker swaps the word for an empty one with the new stamp, and a late outcome of the
@@ -19,9 +19,11 @@ pub(crate) const BATCH_MAX: u32 = 0xffff;
 /// Calls after which the worker is asked to flush early.
 pub(crate) const BATCH_HIGH: u32 = 0x4000;
 
-/// The stamp of `epoch` in a batch word.
+/// The stamp of `epoch` in a batch word: its four 16-bit parts folded into one, so that
+/// epochs that differ anywhere (they are Redis clock readings in microseconds, see the
+/// crate docs) rarely share a stamp.
 pub(crate) fn tag(epoch: u64) -> u64 {
-    epoch & MASK
+    (epoch ^ (epoch >> 16) ^ (epoch >> 32) ^ (epoch >> 48)) & MASK
 }
 
 /// What adding an outcome did.

@@ -2,6 +2,7 @@
 --
 -- KEYS (one hash tag, so one Cluster slot):
 --   1 state hash   2 window hash   3 count-window ring (one byte per call)   4 probe leases (zset)
+--   5 epoch (a string that never expires)
 -- ARGV:
 --   1 op: sync | rec | bat | clm | rel | cmd      2 pub/sub channel
 --   3 window kind: c (count) | t (time)            4 count: size; time: bucket width (us)
@@ -16,10 +17,18 @@
 --
 -- Time is Redis's (TIME), in microseconds; rates are compared in integers. Every reply, and
 -- every message published on a transition, is the same vector of integers (see `reply`).
+--
+-- The epoch never repeats over the life of a scope. It lives in its own key, which never
+-- expires, so a CLOSED scope whose state and window expire when idle keeps it; a scope
+-- with no epoch yet (new, or after FLUSHALL or a restart with an empty data set) starts at
+-- Redis's clock in microseconds; and every new epoch is the larger of the last one plus one
+-- and that clock. Epochs therefore stay at or below the clock, and one started after a data
+-- loss is above every epoch given out before it, as long as Redis's clock did not step back
+-- past the last transition.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
-local S, W, R, L = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local S, W, R, L, E = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local op, chan = ARGV[1], ARGV[2]
 local wkind = ARGV[3]
 local wsize = tonumber(ARGV[4])
@@ -48,16 +57,21 @@ local function s(n) return string.format('%d', n) end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
--- The state (a missing record reads as CLOSED, epoch 0).
+-- The state (a missing record reads as CLOSED) and the epoch.
 local raw = redis.call('HGETALL', S)
 local f = {}
 for i = 1, #raw, 2 do f[raw[i]] = raw[i + 1] end
 local exists = #raw > 0
-local state, epoch = num(f.st), num(f.ep)
+local state = num(f.st)
+local epoch = tonumber(redis.call('GET', E))
+if epoch == nil then
+  epoch = now
+  redis.call('SET', E, s(epoch))
+end
 local ou, hs, okc, trips, cf = num(f.ou), num(f.hs), num(f.ok), num(f.tr), num(f.cf)
 local wo, wr, reason, from = num(f.wo), num(f.wr), num(f.rs), num(f.fr)
 local entered, prev_entered, open_for, jit = num(f.en), num(f.pe), num(f.of), num(f.ji)
-local dirty, moved = false, false
+local dirty, moved, opened = false, false, 0
 
 -- The window: calls, failures, slow, and the ring's next slot (count) or newest bucket (time).
 local wv = redis.call('HMGET', W, 'n', 'f', 's', 'x')
@@ -182,7 +196,8 @@ end
 
 -- Transitions. The epoch moves on every one except OPEN -> HALF_OPEN.
 local function move(to, why)
-  from, state, epoch = state, to, epoch + 1
+  from, state, epoch = state, to, math.max(epoch + 1, now)
+  redis.call('SET', E, s(epoch))
   prev_entered, entered, reason = entered, now, why
   open_for, jit = 0, 0
   moved, dirty = true, true
@@ -193,6 +208,7 @@ local function enter_open(why)
   move(OPEN, why)
   open_for, jit = open_waits[math.min(trips, #open_waits)] + jitter, jitter
   ou = now + open_for
+  opened = 1
   redis.call('DEL', L)
 end
 
@@ -277,14 +293,19 @@ elseif op == 'rec' or op == 'bat' then
     end
   end
 elseif op == 'clm' then
-  local token, lease_us = ARGV[17], tonumber(ARGV[18])
+  -- As many of the tokens ARGV[18..] as the budget has room for, in order.
+  local lease_us = tonumber(ARGV[17])
   if state == OPEN and now >= ou then enter_half_open() end
   if not half_open_timed_out() and state == HALF then
     redis.call('ZREMRANGEBYSCORE', L, '-inf', '(' .. s(now))
-    if redis.call('ZCARD', L) + okc < probes then
-      redis.call('ZADD', L, s(now + lease_us), token)
+    local room = probes - redis.call('ZCARD', L) - okc
+    for i = 18, #ARGV do
+      if applied >= room then break end
+      redis.call('ZADD', L, s(now + lease_us), ARGV[i])
+      applied = applied + 1
+    end
+    if applied > 0 then
       redis.call('PEXPIRE', L, s(math.floor(lease_us / 1000) + 1000))
-      applied = 1
     end
   end
 elseif op == 'rel' then
@@ -308,7 +329,7 @@ elseif op == 'cmd' then
 end
 
 if dirty then
-  redis.call('HSET', S, 'st', s(state), 'ep', s(epoch), 'ou', s(ou), 'hs', s(hs), 'ok', s(okc),
+  redis.call('HSET', S, 'st', s(state), 'ou', s(ou), 'hs', s(hs), 'ok', s(okc),
     'tr', s(trips), 'cf', s(cf), 'wo', s(wo), 'wr', s(wr), 'rs', s(reason), 'fr', s(from),
     'en', s(entered), 'pe', s(prev_entered), 'of', s(open_for), 'ji', s(jit))
   exists = true
@@ -337,11 +358,12 @@ local clean_after = is_clean()
 local ex = 0
 if exists then ex = 1 end
 local reply = { applied, state, epoch, now, ou, hs, rn, rf, rsl, live, okc, clean_after, wo,
-  reason, from, entered, prev_entered, open_for, jit, trips, ex, wr }
+  reason, from, entered, prev_entered, open_for, jit, trips, ex, wr, opened }
 if moved or clean_before ~= clean_after or wo_before ~= wo then
   local parts = {}
   for i = 1, #reply do parts[i] = s(reply[i]) end
-  parts[1] = '0'
+  -- What this call did is its caller's to know, not the listeners'.
+  parts[1], parts[#parts] = '0', '0'
   redis.call('PUBLISH', chan, table.concat(parts, ' '))
 end
 return reply

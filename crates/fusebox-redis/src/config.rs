@@ -560,7 +560,7 @@ impl RedisStoreConfigBuilder {
     /// How long a half-open probe's lease lasts (longer than `timeout`). Set it longer than
     /// the slowest probe may take: a lease that expires while its probe still runs lets
     /// another probe start. A replica that dies holding a lease blocks that probe slot for
-    /// this long.
+    /// this long; a lease no call used is given back after half of it.
     pub fn probe_lease(mut self, lease: Duration) -> Self {
         self.probe_lease = lease;
         self

@@ -47,34 +47,100 @@
 //!
 //! One key space per scope — `dep:<name>`, optionally `:region:<x>` and `:tenant:<y>`
 //! ([`Scope`]) — checked when the configuration is built (no request data; letters, digits,
-//! `.`, `_`, `-`). Every key of a scope carries it as its Redis Cluster hash tag, so all
-//! live in one slot:
+//! `.`, `_`, `-`). A layer whose breaker name would have to stand for the dependency and
+//! cannot (it is not a valid scope part, and the scope names no dependency) fails to build
+//! with `store.scope.dep`. Every key of a scope carries it as its Redis Cluster hash tag, so
+//! all live in one slot:
 //!
-//! | key | what |
+//! | key | type | what |
+//! |---|---|---|
+//! | `fusebox:{dep:payments}:state` | hash | the state machine (fields below) |
+//! | `fusebox:{dep:payments}:window` | hash | the window's running totals; a time window's buckets |
+//! | `fusebox:{dep:payments}:ring` | string | a count window's calls, one byte each: `0` success, `1` failure, `2` slow success, `3` slow failure |
+//! | `fusebox:{dep:payments}:leases` | sorted set | live probe leases: member the lease's token (`<replica>.<n>`), score when it expires (µs since the Unix epoch, Redis's clock) |
+//! | `fusebox:{dep:payments}:epoch` | string | the scope's epoch (an integer); never expires |
+//! | `fusebox:{dep:payments}:events` | pub/sub channel | the state after each transition |
+//!
+//! The state hash's fields, all integers (times in µs since the Unix epoch, by Redis's
+//! clock):
+//!
+//! | field | what |
 //! |---|---|
-//! | `fusebox:{dep:payments}:state` | hash: state, epoch, open-until, half-open start, probes, last transition |
-//! | `fusebox:{dep:payments}:window` | hash: window totals; a time window's buckets |
-//! | `fusebox:{dep:payments}:ring` | a count window's calls, one byte each |
-//! | `fusebox:{dep:payments}:leases` | sorted set: probe leases by expiry |
-//! | `fusebox:{dep:payments}:events` | pub/sub channel: the state after each transition |
+//! | `st` | the state: 0 CLOSED, 1 OPEN, 2 HALF_OPEN, 3 FORCED_OPEN, 4 DISABLED, 5 METRICS_ONLY |
+//! | `ou` | while OPEN: when the open wait ends |
+//! | `hs` | while HALF_OPEN: when it began |
+//! | `ok` | while HALF_OPEN: probes that succeeded |
+//! | `tr` | trips in a row (the open wait grows with it) |
+//! | `cf` | consecutive failures |
+//! | `wo`, `wr` | METRICS_ONLY: whether the breaker would be open now, and why |
+//! | `rs`, `fr` | the last transition's reason (0 failure_rate, 1 slow_call_rate, 2 consecutive_failures, 3 open_wait_elapsed, 4 probe_failed, 5 half_open_timeout, 6 probes_succeeded, 7 forced_open, 8 disabled, 9 metrics_only, 10 reset) and the state it left |
+//! | `en`, `pe` | when the current and the previous state were entered |
+//! | `of`, `ji` | the last opening's whole wait and its jitter (µs) |
+//!
+//! The window hash holds `n`, `f` and `s` (calls, failures and slow calls in the window) and
+//! `x` (the ring's next slot, or the newest bucket's number); a time window adds `c<i>`,
+//! `f<i>` and `s<i>` for bucket `i`. So `redis-cli HGETALL 'fusebox:{dep:payments}:state'`
+//! and `ZRANGE 'fusebox:{dep:payments}:leases' 0 -1 WITHSCORES` show a breaker as the fleet
+//! sees it.
 //!
 //! One Lua script is the state machine: loaded once (`SCRIPT LOAD`), called with `EVALSHA`
 //! (reloaded on `NOSCRIPT` after a Redis restart), atomic. It takes time from Redis
 //! (`TIME`), never from a replica's clock; compares rates in integers
 //! (`failures * 100 >= threshold * calls`); keeps the count window as a ring and the time
-//! window as buckets, both with running totals. An **epoch** replaces the generation: it
-//! moves on every transition except OPEN→HALF_OPEN, and a result admitted under another
-//! epoch is discarded. A state other than CLOSED never expires; a CLOSED scope nobody
-//! writes to expires after `idle_ttl`, and a missing record reads as CLOSED (epoch 0).
+//! window as buckets, both with running totals. A state other than CLOSED never expires; a
+//! CLOSED scope nobody writes to loses its state, window and ring after `idle_ttl`, and a
+//! missing state reads as CLOSED.
 //!
-//! **Probes** are leases in Redis: when the fleet goes half-open a replica that has calls
-//! waiting claims one (atomically, at most `permitted_probes` live or succeeded), and only
-//! a replica holding a lease admits a probe. A lease lasts `probe_lease` — longer than a
-//! probe may take — so a replica that dies holding one blocks that slot only until it
-//! expires. Leases left unused are given back.
+//! ## Epochs never repeat
+//!
+//! An **epoch** replaces the generation: it moves on every transition except
+//! OPEN→HALF_OPEN, and a result admitted under any other epoch is discarded — by the script
+//! (strict and batched), and before that by the replica. Epochs never repeat over the life
+//! of a scope:
+//!
+//! - the epoch has a key of its own that never expires, so a CLOSED scope that expired when
+//!   idle keeps it (and a call admitted before the expiry still counts after it: nothing
+//!   transitioned);
+//! - a scope with no epoch yet — new, or after `FLUSHALL` or a restart with an empty data
+//!   set — starts at Redis's clock in microseconds, and every new epoch is the larger of the
+//!   last one plus one and that clock. Epochs thus stay at or below the clock, so one
+//!   started after a data loss is above every epoch given out before it — provided Redis's
+//!   clock did not step back past the scope's last transition (a restart on a host whose
+//!   clock is behind);
+//! - an operator's reset is a transition like any other.
+//!
+//! The cost: one more key per scope (a few dozen bytes) that outlives the scope's other keys
+//! — a scope that is never used again leaves it behind — one `GET` in every script call,
+//! and one `SET` per transition. Epochs are large numbers (about 2^51 today), which is what
+//! the events and snapshots show as the generation.
+//!
+//! ## Probes
+//!
+//! **Probes** are leases in Redis: only a replica holding a lease admits a probe, and the
+//! script grants at most `permitted_probes` live or succeeded leases per half-open period,
+//! fleet-wide. A lease lasts `probe_lease` — longer than a probe may take — so a replica
+//! that dies holding one blocks that slot only until it expires; a probe whose call is
+//! dropped gives its lease back at once.
+//!
+//! The budget is claimable the moment the open wait ends. A replica counts the calls it
+//! rejected during the wait (up to the budget) and its worker wakes when the wait ends, as
+//! its view times it, to claim as many leases as it has calls waiting, in one round trip;
+//! the first replica there gets them, the others what is left. Calls that arrive after the
+//! wait and find no lease are rejected (the request path never waits on Redis) and make the
+//! worker claim at once, without waiting for a poll. A lease no call used is given back
+//! after half of `probe_lease`, so a replica whose calls stopped holds the fleet's probes
+//! no longer than that. Measured on loopback: a claim is one script call, and the first
+//! probe can be admitted within one round trip of the wait's end.
 //!
 //! **Events**: each replica reports every fleet transition it observes, once, through the
 //! breaker's usual `tracing` events, metrics and subscribers.
+//!
+//! **Jitter**: each script call carries the jitter of the next opening it might cause,
+//! drawn as the in-memory breaker draws its own (from `CircuitBreakerConfig::seed` when set),
+//! and a replica draws the next one only once a call of its own opened the breaker. A
+//! seeded breaker's openings therefore get the same jitter on Redis as in memory (to the
+//! microsecond the script keeps); in a fleet, each opening takes the jitter of the replica
+//! whose call caused it.
 //!
 //! # When Redis is slow or down
 //!
@@ -100,8 +166,6 @@
 //! - A store knows the fleet's state once Redis first answered: until then the fallback
 //!   decides. [`OnRedis::prefetch`] reads it before a breaker is built; a keyed breaker's
 //!   key made on the request path starts on its fallback for one round trip.
-//! - Jitter is drawn by the replica whose call opens the breaker, from its own random
-//!   numbers: `CircuitBreakerConfig::seed` makes one process reproducible, not a fleet.
 //! - The keys are laid out for Redis Cluster (one hash slot per scope), but the connection
 //!   is to one Redis (or a proxy in front of a cluster); no cluster client is included.
 //!
@@ -121,7 +185,7 @@
 //!         .build()?,
 //! );
 //! let breaker = CircuitBreakerConfig::builder("payments").minimum_calls(50).build()?;
-//! let layer = CircuitBreakerLayer::builder(breaker).store(redis).build();
+//! let layer = CircuitBreakerLayer::builder(breaker).store(redis).build()?;
 //!
 //! // Built outside a runtime, nothing has connected yet: until Redis answers, the local
 //! // fallback decides (here: a closed in-memory breaker).
@@ -141,7 +205,7 @@
 //! let redis = OnRedis::new("redis://cache:6379/0?mode=strict&timeout=20ms".parse::<RedisStoreConfig>()?);
 //! let breaker = CircuitBreakerConfig::builder("payments").build()?;
 //! redis.prefetch(&breaker, None).await;
-//! let layer = CircuitBreakerLayer::builder(breaker).store(redis.clone()).build();
+//! let layer = CircuitBreakerLayer::builder(breaker).store(redis.clone()).build()?;
 //! # let _ = layer;
 //! # Ok(())
 //! # }

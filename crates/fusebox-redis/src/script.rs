@@ -26,6 +26,7 @@ pub(crate) struct Keys {
     pub(crate) window: String,
     pub(crate) ring: String,
     pub(crate) leases: String,
+    pub(crate) epoch: String,
     pub(crate) channel: String,
 }
 
@@ -39,6 +40,7 @@ impl Keys {
             window: k("window"),
             ring: k("ring"),
             leases: k("leases"),
+            epoch: k("epoch"),
             channel: k("events"),
         }
     }
@@ -165,8 +167,12 @@ pub(crate) enum Op {
         slow: u32,
         trailing_failures: u32,
     },
-    /// Claim a probe lease `token` for `lease`.
-    Claim { token: String, lease: Duration },
+    /// Claim probe leases for `lease`: as many of `tokens` as the fleet's budget has room
+    /// for, in order (the reply's `claimed` says how many).
+    Claim {
+        tokens: Vec<String>,
+        lease: Duration,
+    },
     /// Give back probe lease `token` of `epoch`.
     Release { epoch: u64, token: String },
     /// An operator's order.
@@ -199,6 +205,7 @@ pub(crate) fn invocation<'a>(
         .key(&keys.window)
         .key(&keys.ring)
         .key(&keys.leases)
+        .key(&keys.epoch)
         .arg(op.name());
     for a in &config.args {
         inv.arg(a);
@@ -232,8 +239,11 @@ pub(crate) fn invocation<'a>(
                 .arg(*slow)
                 .arg(*trailing_failures);
         }
-        Op::Claim { token, lease } => {
-            inv.arg(token).arg(micros(*lease));
+        Op::Claim { tokens, lease } => {
+            inv.arg(micros(*lease));
+            for token in tokens {
+                inv.arg(token);
+            }
         }
         Op::Release { epoch, token } => {
             inv.arg(*epoch).arg(token);
@@ -286,6 +296,8 @@ pub(crate) fn reason_from_code(code: i64) -> Option<Reason> {
 pub(crate) struct Reply {
     /// Whether the operation took effect (a result counted, a lease granted, ...).
     pub(crate) applied: bool,
+    /// For a claim: how many of its tokens were granted (the first ones).
+    pub(crate) claimed: u32,
     pub(crate) state: State,
     pub(crate) epoch: u64,
     /// Redis's clock when the script ran (microseconds since the Unix epoch).
@@ -311,9 +323,12 @@ pub(crate) struct Reply {
     /// Whether the scope has a record in Redis.
     pub(crate) exists: bool,
     pub(crate) would_reason: Reason,
+    /// This call opened the breaker (with the jitter it sent). Always false in a pub/sub
+    /// message.
+    pub(crate) opened: bool,
 }
 
-const REPLY_LEN: usize = 22;
+const REPLY_LEN: usize = 23;
 
 fn count(v: i64) -> u32 {
     u32::try_from(v.max(0)).unwrap_or(u32::MAX)
@@ -327,6 +342,7 @@ impl Reply {
         }
         Some(Reply {
             applied: v[0] != 0,
+            claimed: count(v[0]),
             state: state_from_code(v[1])?,
             epoch: u64::try_from(v[2]).ok()?,
             now_us: v[3],
@@ -350,6 +366,7 @@ impl Reply {
             trips: count(v[19]),
             exists: v[20] != 0,
             would_reason: reason_from_code(v[21])?,
+            opened: v[22] != 0,
         })
     }
 
@@ -367,13 +384,14 @@ impl Reply {
         Reply::decode(&v)
     }
 
-    /// The reply of a scope with no record: CLOSED, epoch 0, an empty window.
+    /// The reply of a scope with no state record: CLOSED, an empty window.
     #[cfg(test)]
-    pub(crate) fn missing(now_us: i64) -> Reply {
+    pub(crate) fn missing(epoch: u64, now_us: i64) -> Reply {
         Reply {
             applied: false,
+            claimed: 0,
             state: State::Closed,
-            epoch: 0,
+            epoch,
             now_us,
             open_until_us: 0,
             half_open_since_us: 0,
@@ -391,6 +409,7 @@ impl Reply {
             trips: 0,
             exists: false,
             would_reason: Reason::FailureRate,
+            opened: false,
         }
     }
 }
@@ -402,7 +421,9 @@ mod tests {
     #[test]
     fn every_key_of_a_scope_shares_its_hash_tag() {
         let k = Keys::new("fusebox", "dep:payments:region:eu");
-        for key in [&k.state, &k.window, &k.ring, &k.leases, &k.channel] {
+        for key in [
+            &k.state, &k.window, &k.ring, &k.leases, &k.epoch, &k.channel,
+        ] {
             assert!(
                 key.starts_with("fusebox:{dep:payments:region:eu}:"),
                 "{key}"
@@ -437,12 +458,14 @@ mod tests {
             1,
             1,
             0,
+            1,
         ];
         let r = Reply::decode(&v).unwrap();
         assert_eq!(
             (r.state, r.epoch, r.reason, r.from),
             (State::Open, 7, Reason::FailureRate, State::Closed)
         );
+        assert!(r.opened);
         assert_eq!(
             r.window,
             WindowTotals {

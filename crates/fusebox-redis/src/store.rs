@@ -17,17 +17,15 @@ use crate::batch::{Added, BATCH_HIGH, Batch};
 use crate::config::{Fallback, Mode};
 use crate::script::{ConfigArgs, Keys, Op, Reply};
 use fusebox_breaker::events::EventKind;
-use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, Permit, PermitKind, Rejected};
+use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, OpenJitter, Permit, PermitKind, Rejected};
 use fusebox_breaker::store::StoreSpec;
 use fusebox_breaker::{
     Command, MemoryStore, Reason, Snapshot, State, Store, Transition, WindowTotals,
 };
 use fusebox_classify::Nanos;
 use metrics::{Counter, Gauge};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::runtime::Handle;
@@ -212,6 +210,13 @@ pub(crate) struct View {
     pub(crate) leases: Vec<Lease>,
 }
 
+/// The jitter the next opening takes, and how many were drawn before it.
+struct NextJitter {
+    source: OpenJitter,
+    next: Duration,
+    drawn: u64,
+}
+
 /// The fallback breaker of one outage.
 struct Local {
     instance: u64,
@@ -242,10 +247,12 @@ pub(crate) struct Shared {
     pub(crate) healthy: AtomicBool,
     in_flight: AtomicUsize,
     pub(crate) notify: Notify,
-    /// A call found no probe lease: claim one.
-    pub(crate) want_lease: AtomicBool,
-    /// Calls were rejected while OPEN: claim a lease when the wait ends.
-    pub(crate) demand: AtomicBool,
+    /// Calls that found no probe lease past the open wait since the last claim (at most
+    /// the probe budget is counted): claim leases for them now.
+    pub(crate) want_lease: AtomicU32,
+    /// Calls rejected during the open wait since the last claim (at most the probe budget
+    /// is counted): claim leases for as many the moment the wait ends.
+    pub(crate) demand: AtomicU32,
     /// Flush the batch at once (it is filling up).
     pub(crate) flush_now: AtomicBool,
     /// Re-read the state at once (pub/sub reconnected).
@@ -258,9 +265,9 @@ pub(crate) struct Shared {
     hold_until: AtomicU64,
     pub(crate) handle: OnceLock<Handle>,
     stop: Mutex<Option<oneshot::Receiver<()>>>,
-    rng: Mutex<SmallRng>,
+    /// The jitter of the next opening this replica may cause (sent with every call).
+    jitter: Mutex<NextJitter>,
     pub(crate) pending: Mutex<Option<Command>>,
-    max_jitter_us: u64,
     metrics: Metrics,
 }
 
@@ -281,12 +288,14 @@ impl Shared {
             dropped: metrics::counter!("fusebox_redis_dropped_outcomes_total", "breaker" => label.clone()),
             connected: metrics::gauge!("fusebox_redis_connected", "breaker" => label),
         };
-        let seed = std::hash::BuildHasher::hash_one(
-            &std::collections::hash_map::RandomState::new(),
-            &scope,
+        let mut jitter = OpenJitter::new(
+            &spec.config,
+            std::hash::BuildHasher::hash_one(
+                &std::collections::hash_map::RandomState::new(),
+                &scope,
+            ),
         );
-        let max_jitter_us =
-            u64::try_from(spec.config.open_wait_jitter().as_micros()).unwrap_or(u64::MAX);
+        let next = jitter.draw();
         let warm = backend.warm(&scope);
         let shared = Shared {
             mode: config.mode,
@@ -299,8 +308,8 @@ impl Shared {
             healthy: AtomicBool::new(true),
             in_flight: AtomicUsize::new(0),
             notify: Notify::new(),
-            want_lease: AtomicBool::new(false),
-            demand: AtomicBool::new(false),
+            want_lease: AtomicU32::new(0),
+            demand: AtomicU32::new(0),
             flush_now: AtomicBool::new(false),
             poll_now: AtomicBool::new(true),
             view: Mutex::new(View {
@@ -322,9 +331,12 @@ impl Shared {
             hold_until: AtomicU64::new(0),
             handle: OnceLock::new(),
             stop: Mutex::new(Some(stop)),
-            rng: Mutex::new(SmallRng::seed_from_u64(seed)),
+            jitter: Mutex::new(NextJitter {
+                source: jitter,
+                next,
+                drawn: 0,
+            }),
             pending: Mutex::new(None),
-            max_jitter_us,
             metrics,
             spec,
             backend,
@@ -382,6 +394,18 @@ impl Shared {
         self.notify.notify_one();
     }
 
+    /// Counts one call wanting a probe in `counter` (up to the probe budget) and wakes the
+    /// worker for the first one.
+    fn count_want(&self, counter: &AtomicU32) {
+        let seen = counter.load(Ordering::Relaxed);
+        if seen < self.spec.config.permitted_probes() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+        if seen == 0 {
+            self.wake();
+        }
+    }
+
     // === admission ===
 
     #[inline]
@@ -420,7 +444,9 @@ impl Shared {
                 half_open: false,
             }),
             State::Open if now < v.open_until => {
-                self.demand.store(true, Ordering::Relaxed);
+                // The worker claims leases for these calls' successors the moment the
+                // wait ends.
+                self.count_want(&self.demand);
                 Err(Rejected {
                     retry_after: v.open_until.since(now),
                     half_open: false,
@@ -443,8 +469,7 @@ impl Shared {
                     _ => HALF_OPEN_RETRY_HINT,
                 };
                 drop(v);
-                self.want_lease.store(true, Ordering::Relaxed);
-                self.wake();
+                self.count_want(&self.want_lease);
                 Err(Rejected {
                     retry_after,
                     half_open: true,
@@ -742,21 +767,30 @@ impl Shared {
 
     // === talking to Redis ===
 
-    /// Jitter for an opening this call may cause.
-    fn jitter(&self) -> Duration {
-        if self.max_jitter_us == 0 {
-            return Duration::ZERO;
-        }
-        Duration::from_micros(lock(&self.rng).random_range(0..=self.max_jitter_us))
-    }
-
     /// Runs `op` within the time bound. `None` (and the fallback) when Redis does not
     /// answer in time or answers with an error.
+    ///
+    /// Every call carries the jitter of the next opening this replica may cause, drawn as
+    /// the in-memory breaker draws its own; a new one is drawn once a call opened the
+    /// breaker, so a seeded breaker's openings get the same jitter here as in memory.
     pub(crate) async fn call(&self, op: &Op) -> Option<Reply> {
-        let invocation = crate::script::invocation(&self.keys, &self.args, op, self.jitter());
+        let (jitter, drawn) = {
+            let j = lock(&self.jitter);
+            (j.next, j.drawn)
+        };
+        let invocation = crate::script::invocation(&self.keys, &self.args, op, jitter);
         match self.backend.invoke(&invocation).await {
             Ok(v) => match Reply::decode(&v) {
-                Some(reply) => Some(reply),
+                Some(reply) => {
+                    if reply.opened {
+                        let mut j = lock(&self.jitter);
+                        if j.drawn == drawn {
+                            j.next = j.source.draw();
+                            j.drawn += 1;
+                        }
+                    }
+                    Some(reply)
+                }
                 None => {
                     self.unhealthy("malformed reply", op.name());
                     None

@@ -50,9 +50,12 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
     shared.backend.unsubscribe(&shared);
 }
 
+/// How long a claimed lease may wait for a call before it is given back: half the lease,
+/// so that leases claimed the moment an open wait ends are still held when the calls that
+/// were rejected during the wait come again, and a replica whose calls stopped blocks the
+/// others' probes for no longer than that.
 fn lease_hold(shared: &Shared) -> Duration {
-    let c = &shared.backend.config;
-    c.poll_interval.min(c.probe_lease / 2)
+    shared.backend.config.probe_lease / 2
 }
 
 fn next_wake(s: &Shared, t: &Timers) -> Instant {
@@ -68,8 +71,10 @@ fn next_wake(s: &Shared, t: &Timers) -> Instant {
     }
     let clock = s.spec.clock;
     let v = s.view();
+    let wanting = s.want_lease.load(Ordering::Relaxed) > 0;
     match v.state {
-        State::Open if s.demand.load(Ordering::Relaxed) => {
+        State::Open if wanting || s.demand.load(Ordering::Relaxed) > 0 => {
+            // The moment the wait ends (as this replica's view times it), claim.
             wake = wake.min(clock.instant(v.open_until).max(t.next_claim));
         }
         State::HalfOpen => {
@@ -85,7 +90,7 @@ fn next_wake(s: &Shared, t: &Timers) -> Instant {
             {
                 wake = wake.min(clock.instant(oldest) + lease_hold(s));
             }
-            if s.want_lease.load(Ordering::Relaxed) {
+            if wanting {
                 wake = wake.min(t.next_claim);
             }
         }
@@ -164,15 +169,14 @@ async fn step(s: &Arc<Shared>, t: &mut Timers) {
         }
     }
 
-    // Probe leases: claim one when calls want it, give back those left unused.
+    // Probe leases: claim them when calls want them, give back those left unused.
+    let want = s.want_lease.load(Ordering::Relaxed);
     let wanted = match state {
-        State::HalfOpen => s.want_lease.load(Ordering::Relaxed),
-        State::Open => {
-            open_over && (s.want_lease.load(Ordering::Relaxed) || s.demand.load(Ordering::Relaxed))
-        }
+        State::HalfOpen => want > 0,
+        State::Open => open_over && (want > 0 || s.demand.load(Ordering::Relaxed) > 0),
         _ => {
-            s.want_lease.store(false, Ordering::Relaxed);
-            s.demand.store(false, Ordering::Relaxed);
+            s.want_lease.store(0, Ordering::Relaxed);
+            s.demand.store(0, Ordering::Relaxed);
             false
         }
     };
@@ -229,45 +233,59 @@ async fn flush(s: &Arc<Shared>) -> bool {
     }
 }
 
-/// Claims one probe lease. False when Redis did not answer.
+/// Claims probe leases for the calls that wanted one since the last claim (at most the
+/// budget, less the leases this replica holds), in one round trip. False when Redis did not
+/// answer.
 async fn claim(s: &Arc<Shared>, t: &mut Timers) -> bool {
     let cfg = &s.backend.config;
-    {
+    let wanted = s.want_lease.swap(0, Ordering::Relaxed) + s.demand.swap(0, Ordering::Relaxed);
+    let n = {
         let v = s.view();
         let probes = s.spec.config.permitted_probes() as usize;
-        if v.leases.iter().any(|l| !l.in_use) || v.leases.len() >= probes {
-            s.want_lease.store(false, Ordering::Relaxed);
-            return true;
-        }
+        let unused = v.leases.iter().filter(|l| !l.in_use).count();
+        (wanted as usize)
+            .saturating_sub(unused)
+            .min(probes.saturating_sub(v.leases.len()))
+    };
+    if n == 0 {
+        return true;
     }
-    s.want_lease.store(false, Ordering::Relaxed);
-    s.demand.store(false, Ordering::Relaxed);
-    let token = s.backend.token();
+    let tokens: Vec<String> = (0..n).map(|_| s.backend.token()).collect();
     let op = Op::Claim {
-        token: token.clone(),
+        tokens: tokens.clone(),
         lease: cfg.probe_lease,
     };
     let Some(reply) = s.call(&op).await else {
+        s.demand.fetch_add(wanted, Ordering::Relaxed);
         return false;
     };
     s.apply_now(&reply);
-    if !reply.applied {
-        // The fleet's probes are all out: ask again later, not on every rejected call.
-        t.next_claim = Instant::now() + cfg.retry_interval;
-        return true;
+    let granted = (reply.claimed as usize).min(n);
+    if granted < n {
+        if reply.state == State::Open {
+            // Redis's clock says the wait is not over yet: claim again when it is.
+            let v = s.view();
+            t.next_claim = s.spec.clock.instant(v.open_until);
+            s.demand.fetch_add(wanted, Ordering::Relaxed);
+        } else if granted == 0 {
+            // The fleet's probes are all out: ask again later, not on every rejected call.
+            t.next_claim = Instant::now() + cfg.retry_interval;
+        }
     }
-    let lease = Lease {
+    let claimed = s.spec.clock.now();
+    let leases = tokens.into_iter().take(granted).map(|token| Lease {
         token,
         epoch: reply.epoch,
-        claimed: s.spec.clock.now(),
+        claimed,
         in_use: false,
-    };
+    });
     let mut v = s.view();
     if v.state == State::HalfOpen && v.epoch == reply.epoch {
-        v.leases.push(lease);
+        v.leases.extend(leases);
     } else {
+        // The fleet moved on while the claim travelled.
         drop(v);
-        s.spawn_release(lease);
+        leases.for_each(|lease| s.spawn_release(lease));
     }
     true
 }

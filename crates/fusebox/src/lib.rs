@@ -68,7 +68,7 @@
 //!     CircuitBreakerConfig::builder("payments").failure_rate_threshold(50).build()?,
 //! )
 //! .routes(routes)
-//! .build();
+//! .build()?;
 //! let svc = tower::ServiceBuilder::new()
 //!     .layer(breaker)
 //!     .service_fn(|_req: http::Request<String>| async {

@@ -112,7 +112,8 @@ impl Replica {
         let redis = OnRedis::new(store);
         let layer = CircuitBreakerLayer::builder(breaker)
             .store(redis.clone())
-            .build();
+            .build()
+            .expect("the Redis store accepts the breaker");
         let events = layer.handle().subscribe();
         Replica {
             layer,

@@ -249,6 +249,7 @@ pub async fn run(
                     window: t.window,
                     open_for: t.open_for,
                     jitter: t.jitter,
+                    generation: t.generation,
                 };
                 o(&transition_line(&tag, at, &info, fthr, sthr));
                 lock(&l).push(Logged::Transition(info));

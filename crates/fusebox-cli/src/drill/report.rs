@@ -61,6 +61,9 @@ pub struct TransitionInfo {
     pub open_for: Option<Duration>,
     /// For an opening: its jitter.
     pub jitter: Option<Duration>,
+    /// The breaker's generation after it (with a shared store, the fleet's epoch: one
+    /// half-open period has one epoch on every replica).
+    pub generation: u64,
 }
 
 /// One entry of a replica's ordered log.
@@ -370,22 +373,31 @@ pub fn build(
     let mut caller_lat: Vec<Vec<u64>> = vec![Vec::new(); n_buckets];
     let mut dep_lat: Vec<Vec<u64>> = vec![Vec::new(); n_buckets];
 
-    // With a shared store the half-open probe budget is the fleet's: count the calls every
-    // replica sent while a replica saw the breaker half-open.
-    let mut fleet_sent: Vec<u64> = Vec::new();
+    // With a shared store the half-open probe budget is the fleet's: a half-open period is
+    // one epoch on every replica, and its calls are those each replica sent while its own
+    // view was half-open in that epoch (a replica admits a probe only then, holding one of
+    // the fleet's leases). Replicas see a period begin and end at slightly different
+    // moments, so counting every replica's calls between one replica's two transitions
+    // would also count calls its peers sent before or after the period.
+    let mut fleet_half_open: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
     if store.is_some() {
         for input in &inputs {
+            let mut half_open_epoch = None;
             for entry in &input.log {
-                if let Logged::Tap(Tap::Sent, at) = entry {
-                    fleet_sent.push(*at);
+                match entry {
+                    Logged::Tap(Tap::Sent, _) => {
+                        if let Some(epoch) = half_open_epoch {
+                            *fleet_half_open.entry(epoch).or_default() += 1;
+                        }
+                    }
+                    Logged::Tap(..) => {}
+                    Logged::Transition(t) => {
+                        half_open_epoch = (t.to == State::HalfOpen).then_some(t.generation);
+                    }
                 }
             }
         }
-        fleet_sent.sort_unstable();
     }
-    let sent_between = |a: u64, b: u64| {
-        (fleet_sent.partition_point(|&t| t <= b) - fleet_sent.partition_point(|&t| t < a)) as u32
-    };
     let mut replica_reports = Vec::new();
     for (ri, input) in inputs.into_iter().enumerate() {
         let mut s = Summary::default();
@@ -447,7 +459,7 @@ pub fn build(
         let mut state = State::Closed;
         let mut since = 0u64;
         let mut half_open_sent = 0u32;
-        let mut half_open_since = 0u64;
+        let mut half_open_epoch = 0u64;
         let mut times = [0u64; 3];
         let add = |times: &mut [u64; 3], st: State, d: u64| match st {
             State::Open | State::ForcedOpen => times[1] += d,
@@ -464,14 +476,14 @@ pub fn build(
                     since = t.at;
                     let half_open_calls = (t.from == State::HalfOpen).then(|| {
                         if store.is_some() {
-                            sent_between(half_open_since, t.at)
+                            fleet_half_open.get(&half_open_epoch).copied().unwrap_or(0)
                         } else {
                             half_open_sent
                         }
                     });
                     if t.to == State::HalfOpen {
                         half_open_sent = 0;
-                        half_open_since = t.at;
+                        half_open_epoch = t.generation;
                     }
                     if t.from == State::Closed && t.to == State::Open {
                         s.openings += 1;
@@ -572,7 +584,7 @@ pub fn build(
         })
         .collect();
 
-    let expectations = check_expectations(scenario, &replica_reports, &dep);
+    let expectations = check_expectations(scenario, &replica_reports, &dep, store.is_some());
     let passed = expectations.iter().all(|c| c.ok);
     DrillReport {
         scenario: scenario.name.clone(),
@@ -596,10 +608,37 @@ pub fn build(
     }
 }
 
+/// Calls the breaker admitted from the start of `first_open_in` until it first opened
+/// there; `None` if it did not open.
+fn admitted_until_open(scenario: &Scenario, log: &[Logged]) -> Option<u64> {
+    let phase = scenario.expect.first_open_in.as_deref().unwrap_or_default();
+    let start = scenario
+        .phases
+        .iter()
+        .position(|p| p.name == phase)
+        .map_or(0, |i| scenario.phase_start(i).as_nanos() as u64);
+    let mut admitted = 0u64;
+    for entry in log {
+        match entry {
+            Logged::Tap(Tap::Admitted, at) if *at >= start => admitted += 1,
+            Logged::Transition(t)
+                if t.from == State::Closed && t.to == State::Open && t.at >= start =>
+            {
+                return Some(admitted);
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The scenario's expectations, checked for each replica (`shared`: the replicas kept
+/// one breaker on a store).
 fn check_expectations(
     scenario: &Scenario,
     replicas: &[(ReplicaReport, Vec<Logged>, State)],
     dep: &DependencyReport,
+    shared: bool,
 ) -> Vec<Check> {
     let e = &scenario.expect;
     let mut checks = Vec::new();
@@ -712,50 +751,56 @@ fn check_expectations(
         }
         if e.min_calls_to_open.is_some() || e.max_calls_to_open.is_some() {
             let phase = e.first_open_in.clone().unwrap_or_default();
-            let start = scenario
-                .phases
-                .iter()
-                .position(|p| p.name == phase)
-                .map_or(0, |i| scenario.phase_start(i).as_nanos() as u64);
-            let mut admitted = 0u64;
-            let mut opened = false;
-            for entry in log {
-                match entry {
-                    Logged::Tap(Tap::Admitted, at) if *at >= start => admitted += 1,
-                    Logged::Transition(t)
-                        if t.from == State::Closed && t.to == State::Open && t.at >= start =>
-                    {
-                        opened = true;
-                        break;
-                    }
-                    _ => {}
-                }
-            }
-            let detail = if opened {
-                format!("opened after {admitted} calls admitted since {phase:?} began")
-            } else {
-                format!("did not open after {phase:?} began")
+            let opened = admitted_until_open(scenario, log);
+            let detail = match opened {
+                Some(n) => format!("opened after {n} calls admitted since {phase:?} began"),
+                None => format!("did not open after {phase:?} began"),
             };
             if let Some(min) = e.min_calls_to_open {
-                push(
-                    format!("min_calls_to_open = {min}"),
-                    opened && admitted >= min,
-                    detail.clone(),
-                );
+                if shared {
+                    // One window for the fleet: it cannot open on fewer calls, whichever
+                    // replicas made them.
+                    let fleet: Option<u64> = replicas
+                        .iter()
+                        .map(|(_, log, _)| admitted_until_open(scenario, log))
+                        .sum();
+                    push(
+                        format!("min_calls_to_open = {min} (fleet-wide)"),
+                        fleet.is_some_and(|n| n >= min),
+                        match fleet {
+                            Some(n) => format!(
+                                "the fleet opened after {n} calls admitted since {phase:?} began"
+                            ),
+                            None => detail.clone(),
+                        },
+                    );
+                } else {
+                    push(
+                        format!("min_calls_to_open = {min}"),
+                        opened.is_some_and(|n| n >= min),
+                        detail.clone(),
+                    );
+                }
             }
             if let Some(max) = e.max_calls_to_open {
                 push(
                     format!("max_calls_to_open = {max}"),
-                    opened && admitted <= max,
+                    opened.is_some_and(|n| n <= max),
                     detail,
                 );
             }
         }
     }
     if let Some(max) = e.max_dependency_in_flight {
+        // Each replica's bulkhead bounds what that replica sends.
+        let bound = max as u64 * replicas.len() as u64;
         checks.push(Check {
-            expectation: format!("max_dependency_in_flight = {max}"),
-            ok: dep.max_in_flight <= max as u64,
+            expectation: if many {
+                format!("max_dependency_in_flight = {max} per replica ({bound})")
+            } else {
+                format!("max_dependency_in_flight = {max}")
+            },
+            ok: dep.max_in_flight <= bound,
             detail: format!(
                 "the dependency handled at most {} at once",
                 dep.max_in_flight

@@ -105,9 +105,24 @@ pub fn build(
     let builder = CircuitBreakerLayer::builder(config)
         .routes(policy.routes.clone())
         .on_event(listener);
+    let invalid = |e: fusebox_classify::ConfigError| {
+        InputError::new(format!(
+            "policy {:?}: {}",
+            policy.name,
+            e.prefixed("breaker")
+        ))
+    };
     match redis {
-        Some(redis) => Ok(with_breaker(policy, builder.store(redis).build(), &tap)),
-        None => Ok(with_breaker(policy, builder.build(), &tap)),
+        Some(redis) => Ok(with_breaker(
+            policy,
+            builder.store(redis).build().map_err(invalid)?,
+            &tap,
+        )),
+        None => Ok(with_breaker(
+            policy,
+            builder.build().map_err(invalid)?,
+            &tap,
+        )),
     }
 }
 

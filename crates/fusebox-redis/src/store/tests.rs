@@ -53,9 +53,8 @@ fn shared(store: &RedisStore) -> &Arc<Shared> {
 }
 
 fn reply(state: State, epoch: u64, now_us: i64) -> Reply {
-    let mut r = Reply::missing(now_us);
+    let mut r = Reply::missing(epoch, now_us);
     r.state = state;
-    r.epoch = epoch;
     r.exists = true;
     r
 }
@@ -188,7 +187,7 @@ fn half_open_admits_only_on_a_lease_held() {
     s.apply_now(&half);
     let r = store.acquire().unwrap_err();
     assert!(r.half_open);
-    assert!(s.want_lease.load(Ordering::Relaxed), "a lease is wanted");
+    assert_eq!(s.want_lease.load(Ordering::Relaxed), 1, "a lease is wanted");
     s.view().leases.push(Lease {
         token: "t1".into(),
         epoch: 2,
@@ -274,4 +273,65 @@ fn keys_not_listed_and_invalid_names_stay_local() {
         None
     );
     assert_eq!(redis.make_store(spec("has space", None)).scope(), None);
+}
+
+/// Every problem of a configuration, as `path: rule`.
+fn problems(e: &fusebox_classify::ConfigError) -> Vec<String> {
+    e.problems().iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_layer_whose_breaker_redis_cannot_share_fails_to_build_naming_the_field() {
+    use fusebox_breaker::ByHost;
+    use fusebox_breaker::CircuitBreakerLayer;
+    let named = |name: &str| CircuitBreakerConfig::builder(name).build().unwrap();
+
+    // No dependency in the scope, and a name that cannot stand for one: refused.
+    let err = CircuitBreakerLayer::builder(named("fraud eu"))
+        .store(OnRedis::new(config(|b| b)))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "store.scope.dep: must name the dependency: the breaker's name \"fraud eu\", which it defaults to, is not a valid Redis scope part (1 to 64 ASCII letters, digits, '.', '_' or '-')"
+        ]
+    );
+    // Naming the dependency, or a name that is a scope part, builds.
+    let layer = CircuitBreakerLayer::builder(named("fraud eu"))
+        .store(OnRedis::new(config(|b| {
+            b.scope(crate::Scope::dep("fraud"))
+        })))
+        .build()
+        .expect("the scope names the dependency");
+    assert_eq!(layer.handle().name(), "fraud eu");
+    assert!(
+        CircuitBreakerLayer::builder(named("fraud-eu"))
+            .store(OnRedis::new(config(|b| b)))
+            .build()
+            .is_ok()
+    );
+
+    // Shared keys need a keyed breaker, and a keyed breaker needs shared keys.
+    let err = CircuitBreakerLayer::builder(named("fraud"))
+        .store(OnRedis::new(config(|b| b.share_key("shard-1"))))
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        ["store.shared_keys: only a keyed breaker has keys to share, and this one is unkeyed"]
+    );
+    let err = CircuitBreakerLayer::builder(named("fraud eu"))
+        .store(OnRedis::new(config(|b| b)))
+        .max_keys(0)
+        .build_keyed(ByHost)
+        .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [
+            "store.scope.dep: must name the dependency: the breaker's name \"fraud eu\", which it defaults to, is not a valid Redis scope part (1 to 64 ASCII letters, digits, '.', '_' or '-')",
+            "store.shared_keys: must list the keys the fleet shares: a keyed breaker keeps on Redis only the keys listed (keys computed from requests never reach Redis otherwise), and none is",
+            "max_keys: must be at least 1, got 0",
+        ]
+    );
 }

@@ -583,7 +583,7 @@ impl<C: Classifier> PolicyBuilder<C> {
                     b = b.idle_timeout(idle);
                 }
                 match self.breaker_key {
-                    None => BreakerLayer::Single(b.build()),
+                    None => BreakerLayer::Single(b.build().map_err(|e| e.prefixed("breaker"))?),
                     Some(key) => {
                         BreakerLayer::Keyed(b.build_keyed(key).map_err(|e| e.prefixed("breaker"))?)
                     }

@@ -14,11 +14,11 @@ use fusebox_breaker::CircuitBreakerConfig;
 use fusebox_breaker::state::{Command, Permit, Rejected, Snapshot};
 use fusebox_breaker::store::StoreSpec;
 use fusebox_breaker::{InMemory, MakeStore, MemoryStore, Store};
-use fusebox_classify::{Nanos, Validator};
+use fusebox_classify::{ConfigError, Nanos, Validator};
 use std::fmt;
 
 #[cfg(feature = "redis")]
-use fusebox_redis::{MAX_SCOPE_PART, OnRedis, RedisStore, is_valid_scope_part};
+use fusebox_redis::{OnRedis, RedisStore};
 
 /// Where a policy's breaker keeps its state; give it to
 /// [`PolicyBuilder::breaker_store`](crate::PolicyBuilder::breaker_store).
@@ -79,35 +79,17 @@ impl BreakerStore {
         key: Option<&KeyBy>,
         v: &mut Validator,
     ) {
+        // The store's own rules, then the one a policy adds: route keys.
+        v.nested(
+            "breaker.store",
+            MakeStore::check(self, breaker, key.is_some()),
+        );
         #[cfg(feature = "redis")]
-        if let BreakerStore::Redis(on) = self {
-            let config = on.config();
-            if config.scope().dep_name().is_none() && !is_valid_scope_part(breaker.name()) {
-                v.fail(
-                    "breaker.store.scope.dep",
-                    format!(
-                        "must name the dependency: the breaker's name {:?}, which it defaults to, is not a valid Redis scope part (1 to {MAX_SCOPE_PART} ASCII letters, digits, '.', '_' or '-')",
-                        breaker.name()
-                    ),
-                );
-            }
-            let shares_keys = config.shared_keys().next().is_some();
-            match key {
-                None if shares_keys => v.fail(
-                    "breaker.store.shared_keys",
-                    "only a keyed breaker has keys to share, and this one is unkeyed",
-                ),
-                None => {}
-                Some(KeyBy::Route) => v.fail(
-                    "breaker.store",
-                    "a breaker keyed by route cannot keep its keys on Redis: route names (\"GET /users/{id}\") are not valid Redis scope parts; key by host, or give each route a policy of its own",
-                ),
-                Some(_) if !shares_keys => v.fail(
-                    "breaker.store.shared_keys",
-                    "must list the keys the fleet shares: a keyed breaker keeps on Redis only the keys listed (keys computed from requests never reach Redis otherwise), and none is",
-                ),
-                Some(_) => {}
-            }
+        if let (BreakerStore::Redis(_), Some(KeyBy::Route)) = (self, key) {
+            v.fail(
+                "breaker.store",
+                "a breaker keyed by route cannot keep its keys on Redis: route names (\"GET /users/{id}\") are not valid Redis scope parts; key by host, or give each route a policy of its own",
+            );
         }
     }
 }
@@ -141,6 +123,15 @@ impl MakeStore for BreakerStore {
             BreakerStore::InMemory => PolicyStore::Memory(MemoryStore::new(spec)),
             #[cfg(feature = "redis")]
             BreakerStore::Redis(on) => PolicyStore::Redis(on.make_store(spec)),
+        }
+    }
+
+    #[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+    fn check(&self, config: &CircuitBreakerConfig, keyed: bool) -> Result<(), ConfigError> {
+        match self {
+            BreakerStore::InMemory => Ok(()),
+            #[cfg(feature = "redis")]
+            BreakerStore::Redis(on) => on.check(config, keyed),
         }
     }
 }
