@@ -5,10 +5,10 @@
 use crate::events::EventSink;
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
-use fusebox_classify::error::{CircuitOpen, Overloaded};
+use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{
-    Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
-    StreamEnd, Verdict,
+    Call, CallMeta, Classified, Classifier, Clock, ErrorKind, OnEndOfStream, Outcome, RouteId,
+    RouteTable, StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
@@ -387,15 +387,9 @@ impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
     }
 }
 
+/// Whether a concurrency limit (fusebox's or tower's `load_shed`) shed the call.
 fn is_overloaded(error: &(dyn Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<Overloaded>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    ErrorKind::of(error).is_overloaded()
 }
 
 /// Records a streamed call's verdict at the end of its body (gRPC: from the trailers).

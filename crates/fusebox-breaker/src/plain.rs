@@ -382,6 +382,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn towers_load_shedding_is_judged_as_fuseboxs_overload() {
+        for count_overloaded in [false, true] {
+            let layer = CircuitBreakerLayer::new(
+                config().count_overloaded(count_overloaded).build().unwrap(),
+            )
+            .plain();
+            let handle = layer.handle();
+            let mut svc = layer.layer(tower::service_fn(|_: ()| async {
+                Err::<(), _>(fusebox_classify::error::TowerOverloaded::new())
+            }));
+            for _ in 0..4 {
+                svc.ready().await.unwrap().call(()).await.unwrap_err();
+            }
+            let snapshot = handle.snapshot();
+            if count_overloaded {
+                assert_eq!(snapshot.state, State::Open);
+                assert_eq!(snapshot.window.failures, 4);
+            } else {
+                assert_eq!(snapshot.state, State::Closed);
+                assert_eq!(snapshot.window.calls, 0, "ignored calls are not counted");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn slow_answers_trip_it_on_the_default_routes_threshold() {
         let layer = CircuitBreakerLayer::builder(
             config()

@@ -1,7 +1,7 @@
 //! The `Classifier` trait and the classifier every route gets by default.
 
 use crate::call::Call;
-use crate::error::{BudgetExhausted, CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
+use crate::error::ErrorKind;
 use crate::grpc::GrpcClassifier;
 use crate::http::HttpClassifier;
 use crate::outcome::{Classified, RetryHint, Verdict};
@@ -38,54 +38,50 @@ pub trait Classifier: Clone + Send + Sync + 'static {
     }
 }
 
-/// The default classification of an error, walking its `source()` chain:
+/// The default classification of an error, from the first error in its `source()` chain
+/// that fusebox knows ([`ErrorKind::of`]):
 ///
 /// | error | verdict |
 /// |---|---|
-/// | [`CircuitOpen`], [`Overloaded`], [`DeadlineExceeded`], [`BudgetExhausted`] | ignored: fusebox's own rejections never reached the dependency |
-/// | [`Elapsed`] (a fusebox timeout) | failure, retryable |
+/// | [`CircuitOpen`], [`Overloaded`] (or tower's `load_shed` one), [`DeadlineExceeded`], [`BudgetExhausted`] | ignored: rejections that never reached the dependency |
+/// | [`Elapsed`] (a fusebox timeout, or tower's `timeout` one) | failure, retryable |
 /// | `io::Error` connection refused | failure; the request was not sent, so any request may be retried |
 /// | `io::Error` reset, aborted, broken pipe, unexpected EOF, not connected, timed out | failure, retryable |
 /// | anything else | failure, not retryable |
 ///
 /// The first error in the chain that is recognised decides; transport errors from hyper and
 /// hyper-util carry their `io::Error` as a source and are found that way.
+///
+/// [`CircuitOpen`]: crate::error::CircuitOpen
+/// [`Overloaded`]: crate::error::Overloaded
+/// [`DeadlineExceeded`]: crate::error::DeadlineExceeded
+/// [`BudgetExhausted`]: crate::error::BudgetExhausted
+/// [`Elapsed`]: crate::error::Elapsed
 pub fn classify_error_chain(error: &(dyn Error + 'static)) -> Verdict {
-    let mut next = Some(error);
-    while let Some(err) = next {
-        if let Some(verdict) = classify_one(err) {
-            return verdict;
+    match ErrorKind::of(error) {
+        ErrorKind::CircuitOpen(_)
+        | ErrorKind::Overloaded(_)
+        | ErrorKind::TowerOverloaded(_)
+        | ErrorKind::DeadlineExceeded(_)
+        | ErrorKind::BudgetExhausted(_) => Verdict::IGNORED,
+        ErrorKind::Elapsed(_) | ErrorKind::TowerElapsed(_) => {
+            Verdict::FAILURE.with_retry(RetryHint::Retryable)
         }
-        next = err.source();
+        ErrorKind::Io(io) => {
+            let retry = match io.kind() {
+                io::ErrorKind::ConnectionRefused => RetryHint::NotSent,
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::NotConnected
+                | io::ErrorKind::TimedOut => RetryHint::Retryable,
+                _ => RetryHint::Never,
+            };
+            Verdict::FAILURE.with_retry(retry)
+        }
+        ErrorKind::Other => Verdict::FAILURE,
     }
-    Verdict::FAILURE
-}
-
-fn classify_one(err: &(dyn Error + 'static)) -> Option<Verdict> {
-    if err.is::<CircuitOpen>()
-        || err.is::<Overloaded>()
-        || err.is::<DeadlineExceeded>()
-        || err.is::<BudgetExhausted>()
-    {
-        return Some(Verdict::IGNORED);
-    }
-    if err.is::<Elapsed>() {
-        return Some(Verdict::FAILURE.with_retry(RetryHint::Retryable));
-    }
-    if let Some(io) = err.downcast_ref::<io::Error>() {
-        let retry = match io.kind() {
-            io::ErrorKind::ConnectionRefused => RetryHint::NotSent,
-            io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::NotConnected
-            | io::ErrorKind::TimedOut => RetryHint::Retryable,
-            _ => RetryHint::Never,
-        };
-        return Some(Verdict::FAILURE.with_retry(retry));
-    }
-    None
 }
 
 /// Which protocol a route speaks, for [`StandardClassifier`].
@@ -192,6 +188,7 @@ impl Classifier for StandardClassifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CircuitOpen, Elapsed, TowerElapsed, TowerOverloaded};
     use crate::outcome::Outcome;
     use crate::route::RouteId;
     use http::{HeaderValue, Method};
@@ -238,6 +235,14 @@ mod tests {
         );
         let other = io::Error::other("boom");
         assert_eq!(classify_error_chain(&other), Verdict::FAILURE);
+        // tower's own timeout and load shedding mean what fusebox's do.
+        let tower_timeout = Wrapper(Box::new(TowerElapsed::new()));
+        assert_eq!(
+            classify_error_chain(&tower_timeout),
+            Verdict::FAILURE.with_retry(RetryHint::Retryable)
+        );
+        let tower_shed = Wrapper(Box::new(TowerOverloaded::new()));
+        assert_eq!(classify_error_chain(&tower_shed), Verdict::IGNORED);
         assert_eq!(
             classify_error_chain(&Wrapper("plain".into())),
             Verdict::FAILURE

@@ -67,7 +67,7 @@ pub use crate::classifier::{Classifier, Protocol, StandardClassifier, classify_e
 pub use crate::clock::{Clock, Nanos};
 pub use crate::config::{ConfigError, Problem, Validator};
 pub use crate::deadline::Deadline;
-pub use crate::error::BoxError;
+pub use crate::error::{BoxError, ErrorKind};
 pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};

@@ -12,7 +12,8 @@
 //! | error | status |
 //! |---|---|
 //! | [`CircuitOpen`], [`Overloaded`] | `UNAVAILABLE`, with `grpc-retry-pushback-ms` (the retry hint, in milliseconds) in its metadata |
-//! | [`Elapsed`], [`DeadlineExceeded`] | `DEADLINE_EXCEEDED` |
+//! | tower's `load_shed` `Overloaded` | `UNAVAILABLE`, without pushback |
+//! | [`Elapsed`], tower's `timeout` `Elapsed`, [`DeadlineExceeded`] | `DEADLINE_EXCEEDED` |
 //!
 //! Other errors pass through unchanged (tonic makes them `UNKNOWN`, or finds a `Status`
 //! among their sources).
@@ -45,8 +46,9 @@
 //! ```
 
 use crate::policy::{Policy, PolicyService};
+#[cfg(any(doc, test))]
 use fusebox_classify::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
-use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+use fusebox_classify::{BoxError, Classifier, ErrorKind, StandardClassifier};
 use fusebox_retry::ReplayBody;
 use fusebox_timeout::{IncomingDeadline, IncomingDeadlineLayer};
 use http::Request;
@@ -69,28 +71,31 @@ pub const RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 /// The status for one of fusebox's own errors (anywhere in `error`'s `source()` chain);
 /// `None` for any other error.
 pub fn status_of(error: &(dyn Error + 'static)) -> Option<Status> {
-    let mut next = Some(error);
-    while let Some(err) = next {
-        if let Some(open) = err.downcast_ref::<CircuitOpen>() {
-            return Some(unavailable(open.to_string(), open.retry_after()));
+    match ErrorKind::of(error) {
+        ErrorKind::CircuitOpen(open) => {
+            Some(unavailable(open.to_string(), Some(open.retry_after())))
         }
-        if let Some(over) = err.downcast_ref::<Overloaded>() {
-            return Some(unavailable(over.to_string(), over.retry_after()));
+        ErrorKind::Overloaded(over) => {
+            Some(unavailable(over.to_string(), Some(over.retry_after())))
         }
-        if err.is::<Elapsed>() || err.is::<DeadlineExceeded>() {
-            return Some(Status::new(Code::DeadlineExceeded, err.to_string()));
-        }
-        next = err.source();
+        // tower's load shedding gives no hint of when to come back: no pushback.
+        ErrorKind::TowerOverloaded(over) => Some(unavailable(over.to_string(), None)),
+        ErrorKind::Elapsed(e) => Some(Status::new(Code::DeadlineExceeded, e.to_string())),
+        ErrorKind::TowerElapsed(e) => Some(Status::new(Code::DeadlineExceeded, e.to_string())),
+        ErrorKind::DeadlineExceeded(e) => Some(Status::new(Code::DeadlineExceeded, e.to_string())),
+        ErrorKind::BudgetExhausted(exhausted) => status_of(exhausted.last()),
+        ErrorKind::Io(_) | ErrorKind::Other => None,
     }
-    None
 }
 
-fn unavailable(message: String, retry_after: Duration) -> Status {
+fn unavailable(message: String, retry_after: Option<Duration>) -> Status {
     let mut status = Status::new(Code::Unavailable, message);
-    let ms = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
-    status
-        .metadata_mut()
-        .insert(RETRY_PUSHBACK_MS, MetadataValue::from(ms));
+    if let Some(after) = retry_after {
+        let ms = u64::try_from(after.as_millis()).unwrap_or(u64::MAX);
+        status
+            .metadata_mut()
+            .insert(RETRY_PUSHBACK_MS, MetadataValue::from(ms));
+    }
     status
 }
 
@@ -289,6 +294,14 @@ mod tests {
             status_of(&DeadlineExceeded::new()).unwrap().code(),
             Code::DeadlineExceeded
         );
+        let tower_timeout = fusebox_classify::error::TowerElapsed::new();
+        assert_eq!(
+            status_of(&tower_timeout).unwrap().code(),
+            Code::DeadlineExceeded
+        );
+        let tower_shed = status_of(&fusebox_classify::error::TowerOverloaded::new()).unwrap();
+        assert_eq!(tower_shed.code(), Code::Unavailable);
+        assert!(tower_shed.metadata().get(RETRY_PUSHBACK_MS).is_none());
         let other: BoxError = Box::new(std::io::Error::other("x"));
         let back = into_status_error(other);
         assert!(back.downcast_ref::<Status>().is_none());
