@@ -27,7 +27,11 @@ pub trait Classifier: Clone + Send + Sync + 'static {
     /// Classifies a response at the end of its body, from its trailers (if any).
     ///
     /// Only called after [`classify_response`](Classifier::classify_response) returned
-    /// [`Classified::AtEndOfStream`].
+    /// [`Classified::AtEndOfStream`]. For a gRPC-Web response, which has no HTTP trailers,
+    /// the trailers are the `grpc-status` and `grpc-retry-pushback-ms` of the trailer frame
+    /// that ends its body ([`grpc_web`](crate::grpc_web)), as [`ClassifiedBody`] found them.
+    ///
+    /// [`ClassifiedBody`]: crate::ClassifiedBody
     fn classify_eos(&self, call: &Call<'_>, trailers: Option<&HeaderMap>) -> Verdict;
 
     /// Classifies an error: from the inner service, from the response body mid-stream, or
@@ -87,8 +91,9 @@ pub fn classify_error_chain(error: &(dyn Error + 'static)) -> Verdict {
 /// Which protocol a route speaks, for [`StandardClassifier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Protocol {
-    /// Decide per response: `content-type: application/grpc...` on a 200 is gRPC, anything
-    /// else is HTTP. Costs one header lookup per 200 response.
+    /// Decide per response: `content-type: application/grpc...` on a 200 is gRPC
+    /// (gRPC-Web, `application/grpc-web...`, included), anything else is HTTP. Costs one
+    /// header lookup per 200 response.
     #[default]
     Auto,
     /// Always HTTP status rules (no header lookup on success).
@@ -280,5 +285,33 @@ mod tests {
             counted.classify_response(&call(), StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new()),
             Classified::Ready(v) if v.is_failure()
         ));
+    }
+
+    #[test]
+    fn grpc_web_is_grpc_trailers_only_from_its_headers() {
+        let c = StandardClassifier::new();
+        for ct in [
+            "application/grpc-web",
+            "application/grpc-web+proto",
+            "application/grpc-web-text",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(
+                c.classify_response(&call(), StatusCode::OK, &h),
+                Classified::AtEndOfStream
+            );
+            h.insert("grpc-status", HeaderValue::from_static("14"));
+            assert_eq!(
+                c.classify_response(&call(), StatusCode::OK, &h),
+                Classified::Ready(Verdict::FAILURE.with_retry(RetryHint::Retryable)),
+                "{ct}: a trailers-only answer"
+            );
+            h.insert("grpc-status", HeaderValue::from_static("0"));
+            assert_eq!(
+                c.classify_response(&call(), StatusCode::OK, &h),
+                Classified::Ready(Verdict::SUCCESS)
+            );
+        }
     }
 }

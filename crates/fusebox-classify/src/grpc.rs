@@ -1,5 +1,6 @@
 //! Classification of gRPC responses by `grpc-status`, from the headers of a trailers-only
-//! response or from the trailers at the end of the stream.
+//! response or from the trailers at the end of the stream (for gRPC-Web, from the trailer
+//! frame at the end of the body: [`grpc_web`](crate::grpc_web)).
 //!
 //! # Missing and malformed statuses
 //!

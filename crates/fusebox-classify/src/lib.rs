@@ -14,7 +14,8 @@
 //!   `MatchedPath`, or a gRPC method path, so that a 429 can open one breaker and be ignored
 //!   by another;
 //! - at the end of the stream when the verdict is in the trailers, through
-//!   [`ClassifiedBody`].
+//!   [`ClassifiedBody`] — for gRPC-Web too, whose status comes in a trailer frame at the
+//!   end of the body ([`grpc_web`]).
 //!
 //! It also holds what every layer shares: fusebox's own [`error`] types (so each layer can
 //! recognise the others' rejections), the [`Clock`] that paused tokio time drives, and
@@ -56,6 +57,7 @@ pub mod config;
 pub mod deadline;
 pub mod error;
 pub mod grpc;
+pub mod grpc_web;
 pub mod http;
 mod outcome;
 pub mod route;
