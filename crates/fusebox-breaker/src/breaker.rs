@@ -179,7 +179,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
-    /// Classifies `error` with `route`'s classifier (an [`Overloaded`] counts as a failure
+    /// Classifies `error` with `route`'s classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts as a failure
     /// if the breaker says so: `count_overloaded`).
     pub(crate) fn classify_error(&self, call: &Call<'_>, error: &(dyn Error + 'static)) -> Verdict {
         let verdict = self
@@ -289,7 +289,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
         }
     }
 
-    /// Classifies an error with the call's route's classifier (an [`Overloaded`] counts
+    /// Classifies an error with the call's route's classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts
     /// as a failure if the breaker says so: `count_overloaded`).
     pub fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
         let b = &self.breaker;

@@ -9,7 +9,7 @@
 //!
 //! A gRPC-Web response ([`ClassifiedBody::for_response`] tells by its content type) carries
 //! its status in a trailer frame at the end of the body instead of in HTTP trailers. Its
-//! body is scanned as it streams past ([`grpc_web`](crate::grpc_web)), and a stream that
+//! body is scanned as it streams past ([`grpc_web`]), and a stream that
 //! ends without HTTP trailers reports the trailer frame's `grpc-status` (and
 //! `grpc-retry-pushback-ms`) as its trailers, so that every classifier and callback reads
 //! gRPC-Web as it reads native gRPC. The scan copies nothing and allocates nothing per

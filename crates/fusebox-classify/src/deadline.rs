@@ -172,13 +172,13 @@ mod tests {
         /// Arbitrary bytes: no panic, and a duration only from 1 to 8 digits and a unit.
         #[test]
         fn grpc_timeout_from_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16)) {
-            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
-                if parse_grpc_timeout(&value).is_some() {
-                    let (digits, unit) = bytes.split_at(bytes.len() - 1);
-                    proptest::prop_assert!((1..=8).contains(&digits.len()));
-                    proptest::prop_assert!(digits.iter().all(u8::is_ascii_digit));
-                    proptest::prop_assert!(b"HMSmun".contains(&unit[0]));
-                }
+            if let Ok(value) = HeaderValue::from_bytes(&bytes)
+                && parse_grpc_timeout(&value).is_some()
+            {
+                let (digits, unit) = bytes.split_at(bytes.len() - 1);
+                proptest::prop_assert!((1..=8).contains(&digits.len()));
+                proptest::prop_assert!(digits.iter().all(u8::is_ascii_digit));
+                proptest::prop_assert!(b"HMSmun".contains(&unit[0]));
             }
         }
 

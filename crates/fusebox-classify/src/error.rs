@@ -289,10 +289,9 @@ impl<'a> ErrorKind<'a> {
             Some(ErrorKind::Io(e))
         } else if let Some(e) = err.downcast_ref::<TowerElapsed>() {
             Some(ErrorKind::TowerElapsed(e))
-        } else if let Some(e) = err.downcast_ref::<TowerOverloaded>() {
-            Some(ErrorKind::TowerOverloaded(e))
         } else {
-            None
+            err.downcast_ref::<TowerOverloaded>()
+                .map(ErrorKind::TowerOverloaded)
         }
     }
 

@@ -205,10 +205,10 @@ impl Block {
                         None => Code::Unknown,
                     });
                 }
-                Some(name) if name == GRPC_RETRY_PUSHBACK_MS.as_bytes() => {
-                    if self.pushback.is_none() {
-                        self.pushback = Some(self.value);
-                    }
+                Some(name)
+                    if name == GRPC_RETRY_PUSHBACK_MS.as_bytes() && self.pushback.is_none() =>
+                {
+                    self.pushback = Some(self.value);
                 }
                 _ => {}
             }

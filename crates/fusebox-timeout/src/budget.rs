@@ -220,12 +220,12 @@ mod tests {
         /// 19 digits, exactly their value (19 digits never overflow).
         #[test]
         fn millis_from_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24)) {
-            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
-                if let Some(d) = parse_millis(&value) {
-                    proptest::prop_assert!((1..=19).contains(&bytes.len()));
-                    let n: u64 = std::str::from_utf8(&bytes).unwrap().parse().unwrap();
-                    proptest::prop_assert_eq!(d, Duration::from_millis(n));
-                }
+            if let Ok(value) = HeaderValue::from_bytes(&bytes)
+                && let Some(d) = parse_millis(&value)
+            {
+                proptest::prop_assert!((1..=19).contains(&bytes.len()));
+                let n: u64 = std::str::from_utf8(&bytes).unwrap().parse().unwrap();
+                proptest::prop_assert_eq!(d, Duration::from_millis(n));
             }
         }
 

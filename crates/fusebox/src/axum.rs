@@ -40,8 +40,10 @@
 use crate::policy::{Policy, PolicyBody, PolicyService};
 use axum::body::Body;
 use axum::response::Response;
+#[cfg(doc)]
+use fusebox_classify::error::DeadlineExceeded;
 #[cfg(any(doc, test))]
-use fusebox_classify::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
+use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
 use fusebox_classify::{BoxError, Classifier, ErrorKind, StandardClassifier};
 use fusebox_retry::ReplayBody;
 use http::{HeaderValue, Request, StatusCode, header};
