@@ -12,6 +12,7 @@
 use bytes::Bytes;
 use fusebox_classify::{ClassifiedBody, OnEndOfStream, StreamEnd};
 use fusebox_tests::alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use fusebox_tests::grpc_web::frame;
 use http::{HeaderValue, Response, header};
 use http_body::Frame;
 use http_body_util::{BodyExt, StreamBody};
@@ -40,13 +41,6 @@ impl OnEndOfStream for CountOk {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-fn frame(flags: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![flags];
-    f.extend_from_slice(&u32::try_from(payload.len()).expect("short").to_be_bytes());
-    f.extend_from_slice(payload);
-    f
 }
 
 /// `n` responses of `messages` messages each, every frame a chunk of its own, the trailer

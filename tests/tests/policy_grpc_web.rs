@@ -11,41 +11,13 @@ use axum::routing::post;
 use bytes::Bytes;
 use fusebox::error::CircuitOpen;
 use fusebox::{CircuitBreakerConfig, Policy};
+use fusebox_tests::grpc_web::{base64, frame};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tower::ServiceExt;
-
-fn frame(flags: u8, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![flags];
-    f.extend_from_slice(&u32::try_from(payload.len()).expect("short").to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// Standard base64 with padding, as gRPC-Web text bodies are written.
-fn base64(bytes: &[u8]) -> Vec<u8> {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let word = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            out.push(if i <= chunk.len() {
-                ALPHABET[((word >> (18 - 6 * i)) & 63) as usize]
-            } else {
-                b'='
-            });
-        }
-    }
-    out
-}
 
 /// A gRPC-Web answer: `messages` then a trailer frame with `status`, in `content_type`,
 /// streamed in small chunks so that frames are split across them. `/text` bodies are

@@ -34,17 +34,30 @@ fn retry() -> fusebox_retry::RetryConfigBuilder {
         .max_delay(Duration::from_millis(50))
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_unavailable_unary_call_is_retried_on_an_idempotent_route() {
+type Client = tonic::client::Grpc<fusebox::tonic::PolicyChannel<tonic::transport::Channel>>;
+
+/// A `test.Feed` server answering `UNAVAILABLE` to its first `unavailable` calls, and a
+/// client behind a policy with `retry` on a route marked idempotent or not.
+async fn setup(
+    unavailable: usize,
+    idempotent: bool,
+    retry: fusebox_retry::RetryConfigBuilder,
+) -> (Feed, Policy, Client) {
     let feed = Feed::new(Code::Ok);
-    feed.unavailable.store(1, Ordering::SeqCst);
+    feed.unavailable.store(unavailable, Ordering::SeqCst);
     let addr = serve(feed.clone(), None).await;
     let policy = Policy::builder("feed")
-        .routes(routes(true))
-        .retry_budget(retry())
+        .routes(routes(idempotent))
+        .retry_budget(retry)
         .build()
         .expect("a valid policy");
-    let mut grpc = tonic::client::Grpc::new(fusebox::tonic::channel(&policy, lazy_channel(addr)));
+    let grpc = tonic::client::Grpc::new(fusebox::tonic::channel(&policy, lazy_channel(addr)));
+    (feed, policy, grpc)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_unary_call_is_retried_on_an_idempotent_route() {
+    let (feed, policy, mut grpc) = setup(1, true, retry()).await;
 
     let answer = unary(
         &mut grpc,
@@ -74,15 +87,7 @@ async fn an_unavailable_unary_call_is_retried_on_an_idempotent_route() {
 
 #[tokio::test(start_paused = true)]
 async fn a_route_not_marked_idempotent_is_not_retried() {
-    let feed = Feed::new(Code::Ok);
-    feed.unavailable.store(1, Ordering::SeqCst);
-    let addr = serve(feed.clone(), None).await;
-    let policy = Policy::builder("feed")
-        .routes(routes(false))
-        .retry_budget(retry())
-        .build()
-        .expect("a valid policy");
-    let mut grpc = tonic::client::Grpc::new(fusebox::tonic::channel(&policy, lazy_channel(addr)));
+    let (feed, _policy, mut grpc) = setup(1, false, retry()).await;
     let status = unary(
         &mut grpc,
         "/test.Feed/Flaky",
@@ -96,14 +101,8 @@ async fn a_route_not_marked_idempotent_is_not_retried() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_unary_call_is_hedged() {
-    let feed = Feed::new(Code::Ok);
-    let addr = serve(feed.clone(), None).await;
-    let policy = Policy::builder("feed")
-        .routes(routes(true))
-        .retry_budget(retry().hedge_delay(Some(Duration::from_millis(50))))
-        .build()
-        .expect("a valid policy");
-    let mut grpc = tonic::client::Grpc::new(fusebox::tonic::channel(&policy, lazy_channel(addr)));
+    let hedged = retry().hedge_delay(Some(Duration::from_millis(50)));
+    let (feed, policy, mut grpc) = setup(0, true, hedged).await;
     let started = tokio::time::Instant::now();
     let answer = unary(
         &mut grpc,
@@ -129,14 +128,7 @@ async fn a_stalled_unary_call_is_hedged() {
 /// rest to come) cannot be replayed: it is sent once, even on an idempotent route.
 #[tokio::test(start_paused = true)]
 async fn a_streaming_call_is_sent_once() {
-    let feed = Feed::new(Code::Ok);
-    let addr = serve(feed.clone(), None).await;
-    let policy = Policy::builder("feed")
-        .routes(routes(true))
-        .retry_budget(retry())
-        .build()
-        .expect("a valid policy");
-    let mut grpc = tonic::client::Grpc::new(fusebox::tonic::channel(&policy, lazy_channel(addr)));
+    let (feed, policy, mut grpc) = setup(0, true, retry()).await;
     for first_ready in [true, false] {
         feed.calls.store(0, Ordering::SeqCst);
         let first: Vec<Tick> = if first_ready {

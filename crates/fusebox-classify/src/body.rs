@@ -439,10 +439,7 @@ mod tests {
     }
 
     fn web_frame(flags: u8, payload: &[u8]) -> Bytes {
-        let mut f = vec![flags];
-        f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-        f.extend_from_slice(payload);
-        Bytes::from(f)
+        Bytes::from(crate::grpc_web::tests::frame(flags, payload))
     }
 
     fn web_response(content_type: &'static str, frames: Frames) -> Response<FrameStream> {

@@ -404,10 +404,11 @@ impl TrailerScanner {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn frame(flags: u8, payload: &[u8]) -> Vec<u8> {
+    /// A gRPC-Web frame: `flags`, the payload's length, the payload.
+    pub(crate) fn frame(flags: u8, payload: &[u8]) -> Vec<u8> {
         let mut f = vec![flags];
         f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
         f.extend_from_slice(payload);
@@ -428,27 +429,12 @@ mod tests {
         s.finish()
     }
 
-    /// Standard base64 with padding, for building test bodies.
+    /// Standard base64 with padding, as gRPC-Web text bodies are written.
     fn base64(bytes: &[u8]) -> Vec<u8> {
-        const ALPHABET: &[u8; 64] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = Vec::new();
-        for chunk in bytes.chunks(3) {
-            let b = [
-                chunk[0],
-                *chunk.get(1).unwrap_or(&0),
-                *chunk.get(2).unwrap_or(&0),
-            ];
-            let word = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((word >> (18 - 6 * i)) & 63) as usize]);
-                } else {
-                    out.push(b'=');
-                }
-            }
-        }
-        out
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .encode(bytes)
+            .into_bytes()
     }
 
     #[test]
