@@ -24,6 +24,30 @@ use tokio::sync::watch;
 pub mod alloc;
 pub mod redis_server;
 
+/// gRPC-Web bodies for the tests that serve them.
+pub mod grpc_web {
+    /// A gRPC-Web frame: `flags` (`0x80` for the trailer frame), the payload's length, the
+    /// payload.
+    pub fn frame(flags: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![flags];
+        f.extend_from_slice(
+            &u32::try_from(payload.len())
+                .expect("a short payload")
+                .to_be_bytes(),
+        );
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// Standard base64 with padding, as gRPC-Web text bodies are written.
+    pub fn base64(bytes: &[u8]) -> Vec<u8> {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD
+            .encode(bytes)
+            .into_bytes()
+    }
+}
+
 /// What the server does with the next request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {

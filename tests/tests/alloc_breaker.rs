@@ -10,7 +10,7 @@
 //! during the measured calls is a failure.
 
 use bytes::Bytes;
-use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer, State};
+use fusebox_breaker::{ByHost, CircuitBreakerConfig, CircuitBreakerLayer, State};
 use fusebox_classify::{Route, RouteTable};
 use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use http::{Request, Response};
@@ -130,6 +130,37 @@ fn closed_healthy_calls_allocate_nothing() {
         );
         assert_eq!(handle.snapshot().window.calls, WINDOW, "the window is full");
     }
+
+    // A breaker per host (`ByHost`): looking up a known host's breaker allocates nothing,
+    // whether the host comes from the URI or from the `Host` header, IPv6 literals included
+    // (hosts up to 23 bytes are kept inline).
+    let layer = CircuitBreakerLayer::builder(config())
+        .build_keyed(ByHost)
+        .expect("a valid keyed breaker");
+    let handle = layer.handle();
+    let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+    let by_host = |n: usize| -> Vec<Request<()>> {
+        (0..n)
+            .map(|i| {
+                let builder = match i % 3 {
+                    0 => Request::get("http://API.example.com/users/42"),
+                    1 => Request::get("/users/42").header("host", "[2001:db8::1]:8080"),
+                    _ => Request::get("/users/42").header("host", "[2001:db8::2]"),
+                };
+                builder.body(()).expect("a request")
+            })
+            .collect()
+    };
+    alloc::assert_no_allocations(
+        GLOBAL,
+        &rt,
+        layer.layer(ready),
+        by_host(WARM_UP),
+        by_host(CALLS),
+        alloc::discard,
+        "breakers keyed by host",
+    );
+    assert_eq!(handle.len(), 3, "one breaker per host: {:?}", handle.keys());
 
     // The counter really counts: an allocation inside an armed region is seen...
     let region = Region::new(GLOBAL);

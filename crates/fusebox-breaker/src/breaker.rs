@@ -5,10 +5,10 @@
 use crate::events::EventSink;
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
-use fusebox_classify::error::{CircuitOpen, Overloaded};
+use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{
-    Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
-    StreamEnd, Verdict,
+    Call, CallMeta, Classified, Classifier, Clock, ErrorKind, OnEndOfStream, Outcome, RouteId,
+    RouteTable, StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
@@ -179,7 +179,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
-    /// Classifies `error` with `route`'s classifier (an [`Overloaded`] counts as a failure
+    /// Classifies `error` with `route`'s classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts as a failure
     /// if the breaker says so: `count_overloaded`).
     pub(crate) fn classify_error(&self, call: &Call<'_>, error: &(dyn Error + 'static)) -> Verdict {
         let verdict = self
@@ -289,7 +289,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
         }
     }
 
-    /// Classifies an error with the call's route's classifier (an [`Overloaded`] counts
+    /// Classifies an error with the call's route's classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts
     /// as a failure if the breaker says so: `count_overloaded`).
     pub fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
         let b = &self.breaker;
@@ -387,15 +387,9 @@ impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
     }
 }
 
+/// Whether a concurrency limit (fusebox's or tower's `load_shed`) shed the call.
 fn is_overloaded(error: &(dyn Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(e) = next {
-        if e.is::<Overloaded>() {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    ErrorKind::of(error).is_overloaded()
 }
 
 /// Records a streamed call's verdict at the end of its body (gRPC: from the trailers).

@@ -38,6 +38,10 @@ pub enum OnClose {
     Keep,
 }
 
+/// The cap of a growing open wait when none is given: five minutes (or `open_wait`, if
+/// that is longer).
+const DEFAULT_MAX_OPEN_WAIT: Duration = Duration::from_secs(300);
+
 /// A validated circuit breaker configuration. Build it with
 /// [`CircuitBreakerConfig::builder`]; with the `serde` feature it also deserializes (and is
 /// validated while deserializing).
@@ -72,7 +76,7 @@ impl CircuitBreakerConfig {
     /// | `slow_call_rate_threshold` | 100 % | only an all-slow window trips, unless lowered |
     /// | `consecutive_failures` | off | |
     /// | `open_wait` | 30 s, + up to 3 s jitter | jitter keeps a fleet from probing in lockstep |
-    /// | `open_wait_multiplier` | 1.0 (no growth), capped at 5 min | |
+    /// | `open_wait_multiplier` | 1.0 (no growth); when growing, capped at `max_open_wait`: 5 min, or `open_wait` if longer | without growth the cap is `open_wait` itself, however long |
     /// | `permitted_probes` | 3, all must succeed | a narrow probe budget: recovery is proven, not assumed |
     /// | `max_half_open_wait` | 30 s | a stuck probe re-opens the breaker instead of wedging it |
     /// | `on_close` | [`OnClose::Clear`] | see there |
@@ -89,7 +93,7 @@ impl CircuitBreakerConfig {
                 open_wait: Duration::from_secs(30),
                 open_wait_jitter: Duration::from_secs(3),
                 open_wait_multiplier: 1.0,
-                max_open_wait: Duration::from_secs(300),
+                max_open_wait: DEFAULT_MAX_OPEN_WAIT,
                 permitted_probes: 3,
                 probe_successes: 3,
                 max_half_open_wait: Some(Duration::from_secs(30)),
@@ -98,6 +102,7 @@ impl CircuitBreakerConfig {
                 seed: None,
             },
             probe_successes_set: false,
+            max_open_wait: None,
             raw_failure_rate: None,
             raw_slow_rate: None,
         }
@@ -171,7 +176,10 @@ impl CircuitBreakerConfig {
     /// The open wait for the `trips`-th trip in a row (1 for the first): base × multiplier^(trips-1),
     /// capped, before jitter.
     pub(crate) fn open_wait_for(&self, trips: u32) -> Duration {
-        if self.open_wait_multiplier <= 1.0 || trips <= 1 {
+        if self.open_wait_multiplier <= 1.0 {
+            return self.open_wait;
+        }
+        if trips <= 1 {
             return self.open_wait.min(self.max_open_wait);
         }
         let factor = self
@@ -192,6 +200,8 @@ impl CircuitBreakerConfig {
 pub struct CircuitBreakerConfigBuilder {
     config: CircuitBreakerConfig,
     probe_successes_set: bool,
+    /// The cap given with [`open_wait_growth`](Self::open_wait_growth), if any.
+    max_open_wait: Option<Duration>,
     raw_failure_rate: Option<u32>,
     raw_slow_rate: Option<u32>,
 }
@@ -248,10 +258,11 @@ impl CircuitBreakerConfigBuilder {
     }
 
     /// Grow the open wait by `multiplier` (≥ 1.0) on each trip in a row (a probe that fails
-    /// re-opens for longer), up to `max`.
+    /// re-opens for longer), up to `max` (at least `open_wait`). With a multiplier of 1.0
+    /// nothing grows and `max` is not used.
     pub fn open_wait_growth(mut self, multiplier: f64, max: Duration) -> Self {
         self.config.open_wait_multiplier = multiplier;
-        self.config.max_open_wait = max;
+        self.max_open_wait = Some(max);
         self
     }
 
@@ -365,12 +376,24 @@ impl CircuitBreakerConfigBuilder {
                 )
             },
         );
-        v.check(c.max_open_wait >= c.open_wait, "max_open_wait", || {
-            format!(
-                "must be at least open_wait ({:?}), got {:?}",
-                c.open_wait, c.max_open_wait
-            )
-        });
+        // The cap only matters while the wait grows: without growth the wait is `open_wait`,
+        // however long, and a cap the user never set must not refuse it.
+        if c.open_wait_multiplier > 1.0 {
+            match self.max_open_wait {
+                Some(max) => {
+                    v.check(max >= c.open_wait, "max_open_wait", || {
+                        format!(
+                            "must be at least open_wait ({:?}) when open_wait_multiplier is above 1.0, got {max:?}",
+                            c.open_wait
+                        )
+                    });
+                    c.max_open_wait = max;
+                }
+                None => c.max_open_wait = DEFAULT_MAX_OPEN_WAIT.max(c.open_wait),
+            }
+        } else {
+            c.max_open_wait = c.open_wait;
+        }
         v.check(
             (1..=10_000).contains(&c.permitted_probes),
             "permitted_probes",
@@ -477,13 +500,11 @@ mod de {
             if let Some(x) = raw.open_wait_jitter {
                 b = b.open_wait_jitter(x);
             }
-            if raw.open_wait_multiplier.is_some() || raw.max_open_wait.is_some() {
-                let d = &b.config;
-                let (m, max) = (
-                    raw.open_wait_multiplier.unwrap_or(d.open_wait_multiplier),
-                    raw.max_open_wait.unwrap_or(d.max_open_wait),
-                );
-                b = b.open_wait_growth(m, max);
+            if let Some(m) = raw.open_wait_multiplier {
+                b.config.open_wait_multiplier = m;
+            }
+            if raw.max_open_wait.is_some() {
+                b.max_open_wait = raw.max_open_wait;
             }
             if let Some(x) = raw.permitted_probes {
                 b = b.permitted_probes(x);
@@ -594,6 +615,77 @@ mod tests {
         assert_eq!(c.open_wait_for(3), Duration::from_secs(40));
         assert_eq!(c.open_wait_for(4), Duration::from_secs(60));
         assert_eq!(c.open_wait_for(400), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn long_open_waits_build_without_growth() {
+        for wait in [
+            Duration::from_secs(600),
+            Duration::from_secs(3 * 3600),
+            Duration::from_secs(86_400),
+        ] {
+            let c = CircuitBreakerConfig::builder("d")
+                .open_wait(wait)
+                .build()
+                .unwrap_or_else(|e| panic!("open_wait {wait:?}: {e}"));
+            assert_eq!(c.open_wait(), wait);
+            assert_eq!(c.open_wait_for(1), wait);
+            assert_eq!(
+                c.open_wait_for(9),
+                wait,
+                "no growth: every trip waits the same"
+            );
+            // A multiplier of 1.0 is no growth either: its cap is not consulted.
+            let c = CircuitBreakerConfig::builder("d")
+                .open_wait(wait)
+                .open_wait_growth(1.0, Duration::from_secs(60))
+                .build()
+                .unwrap();
+            assert_eq!(c.open_wait_for(3), wait);
+        }
+        // Without growth the cap is the open wait itself.
+        let c = CircuitBreakerConfig::builder("d")
+            .open_wait(Duration::from_secs(600))
+            .build()
+            .unwrap();
+        assert_eq!(c.max_open_wait, Duration::from_secs(600));
+        // Growth with a cap below the open wait: refused, naming the cap the user gave.
+        let err = CircuitBreakerConfig::builder("d")
+            .open_wait(Duration::from_secs(600))
+            .open_wait_growth(2.0, Duration::from_secs(300))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.problems().len(), 1);
+        assert_eq!(err.problems()[0].path(), "max_open_wait");
+        assert!(
+            err.problems()[0].rule().contains("open_wait_multiplier"),
+            "{err}"
+        );
+    }
+
+    #[cfg(feature = "serde")]
+    #[test]
+    fn deserialized_growth_without_a_cap_builds_for_long_waits() {
+        let c: CircuitBreakerConfig =
+            serde_json::from_str(r#"{"name":"x","open_wait":"10m","open_wait_multiplier":2.0}"#)
+                .unwrap();
+        assert_eq!(c.open_wait_for(1), Duration::from_secs(600));
+        assert_eq!(
+            c.open_wait_for(2),
+            Duration::from_secs(600),
+            "capped at open_wait"
+        );
+        let c: CircuitBreakerConfig =
+            serde_json::from_str(r#"{"name":"x","open_wait":"2h"}"#).unwrap();
+        assert_eq!(c.open_wait_for(4), Duration::from_secs(7200));
+        let c: CircuitBreakerConfig =
+            serde_json::from_str(r#"{"name":"x","open_wait":"10s","open_wait_multiplier":2.0}"#)
+                .unwrap();
+        assert_eq!(
+            c.open_wait_for(9),
+            Duration::from_secs(300),
+            "the default cap"
+        );
     }
 
     #[cfg(feature = "serde")]

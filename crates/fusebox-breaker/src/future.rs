@@ -99,7 +99,7 @@ where
                             if let Some(recorder) = guard.take().map(Guard::at_end_of_stream) {
                                 return Poll::Ready(
                                     result
-                                        .map(|r| r.map(|body| ClassifiedBody::new(body, recorder)))
+                                        .map(|r| ClassifiedBody::for_response(r, recorder))
                                         .map_err(Into::into),
                                 );
                             }

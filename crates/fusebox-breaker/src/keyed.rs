@@ -16,6 +16,7 @@ use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
 use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
 use http_body::Body;
+use smol_str::{SmolStr, StrExt};
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -63,15 +64,60 @@ impl<'a> RequestHead<'a> {
     pub fn route_name(&self) -> &'a str {
         self.route_name
     }
-    /// The URI's host, else the `Host` header's (without port).
+    /// The URI's host, else the `Host` header's without its port ([`host_of`]). An IPv6
+    /// literal keeps its brackets: `[2001:db8::1]`.
     pub fn host(&self) -> Option<&'a str> {
         self.uri.host().or_else(|| {
             self.headers
                 .get(http::header::HOST)
                 .and_then(|h| h.to_str().ok())
-                .map(|h| h.rsplit_once(':').map_or(h, |(host, _)| host))
+                .and_then(host_of)
         })
     }
+}
+
+/// The host of a `Host` header value (`uri-host [":" port]`, RFC 9110 §7.2), without its
+/// port; `None` when the value is not of that form.
+///
+/// A bracketed IPv6 literal is one host, colons and all: `[2001:db8::1]:8080` and
+/// `[2001:db8::1]` are both `[2001:db8::1]`. A port must be decimal digits (it may be
+/// empty, as RFC 3986 allows). A value with more than one colon outside brackets (a bare
+/// IPv6 address), an empty host, or brackets anywhere but around the whole host is not a
+/// `Host` value: `None`, so that it cannot pass for another host's key.
+pub fn host_of(value: &str) -> Option<&str> {
+    fn is_port(rest: &str) -> bool {
+        rest.bytes().all(|b| b.is_ascii_digit())
+    }
+    if let Some(inner) = value.strip_prefix('[') {
+        let close = inner.find(']')?;
+        let address = &inner[..close];
+        let valid = !address.is_empty()
+            && address.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b':' | b'.' | b'%' | b'-' | b'_' | b'~')
+            });
+        let rest = &inner[close + 1..];
+        let port_ok = match rest.strip_prefix(':') {
+            Some(port) => is_port(port),
+            None => rest.is_empty(),
+        };
+        // `[` + address + `]`, the brackets kept: a key for the address, not its prefix.
+        return (valid && port_ok).then(|| &value[..close + 2]);
+    }
+    if value.bytes().any(|b| matches!(b, b'[' | b']')) {
+        return None;
+    }
+    let host = match value.split_once(':') {
+        Some((host, port)) if is_port(port) => host,
+        Some(_) => return None,
+        None => value,
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// The key [`ByHost`] (and `fusebox`'s `KeyBy::Host`) gives `host`: the host in lower case,
+/// kept inline up to 23 bytes, so that a known host's key costs no allocation.
+pub fn host_key(host: &str) -> SmolStr {
+    host.to_ascii_lowercase_smolstr()
 }
 
 /// Gives each request the key of its breaker.
@@ -107,19 +153,21 @@ where
     }
 }
 
-/// One breaker per host (the URI's, else the `Host` header's). The key is a `String`:
-/// building it allocates once per call.
+/// One breaker per host (the URI's, else the `Host` header's: [`RequestHead::host`]), in
+/// lower case. The key ([`host_key`]) keeps hosts of up to 23 bytes inline: looking up a
+/// known host allocates nothing.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ByHost;
 
 impl KeyFn for ByHost {
-    type Key = String;
+    type Key = SmolStr;
 
-    fn key(&self, head: &RequestHead<'_>) -> String {
-        head.host().unwrap_or("").to_ascii_lowercase()
+    #[inline]
+    fn key(&self, head: &RequestHead<'_>) -> SmolStr {
+        host_key(head.host().unwrap_or(""))
     }
 
-    fn describe(&self, key: &String, _head: &RequestHead<'_>) -> Arc<str> {
+    fn describe(&self, key: &SmolStr, _head: &RequestHead<'_>) -> Arc<str> {
         Arc::from(key.as_str())
     }
 }
@@ -1073,5 +1121,111 @@ mod tests {
 
     fn set_of(keys: &[&str]) -> HashSet<String> {
         keys.iter().map(|k| (*k).to_owned()).collect()
+    }
+
+    #[test]
+    fn host_headers_give_their_host() {
+        for (value, host) in [
+            ("api.example.com", Some("api.example.com")),
+            ("api.example.com:8443", Some("api.example.com")),
+            ("api.example.com:", Some("api.example.com")),
+            ("10.0.0.1:80", Some("10.0.0.1")),
+            ("[2001:db8::1]", Some("[2001:db8::1]")),
+            ("[2001:db8::1]:8080", Some("[2001:db8::1]")),
+            ("[::1]:", Some("[::1]")),
+            ("[fe80::1%25eth0]:80", Some("[fe80::1%25eth0]")),
+            ("", None),
+            (":80", None),
+            ("api:http", None),
+            ("2001:db8::1", None),
+            ("[2001:db8::1", None),
+            ("[]:80", None),
+            ("[2001:db8::1]x", None),
+            ("[2001:db8::1]:80x", None),
+            ("a]b", None),
+            ("[a]]", None),
+        ] {
+            assert_eq!(host_of(value), host, "{value:?}");
+        }
+        assert_eq!(host_key("API.Example.COM"), "api.example.com");
+    }
+
+    /// A host as a test writes it, and what [`host_of`] must give for it.
+    fn valid_host() -> impl proptest::strategy::Strategy<Value = (String, String)> {
+        use proptest::prelude::*;
+        let port = prop_oneof![
+            Just(String::new()),
+            Just(":".to_owned()),
+            (0u32..=65_535).prop_map(|p| format!(":{p}")),
+            any::<u128>().prop_map(|p| format!(":{p}{p}")),
+        ];
+        let label = proptest::collection::vec(proptest::sample::select(&b"abcxyz0189-"[..]), 1..12)
+            .prop_map(|l| format!("h{}", String::from_utf8(l).expect("ASCII")));
+        let host = prop_oneof![
+            proptest::collection::vec(label, 1..4).prop_map(|labels| labels.join(".")),
+            any::<[u8; 4]>().prop_map(|a| std::net::Ipv4Addr::from(a).to_string()),
+            any::<u128>().prop_map(|a| format!("[{}]", std::net::Ipv6Addr::from(a))),
+            (any::<u16>(), any::<u16>()).prop_map(|(a, b)| format!("[{a:x}::{b:X}]")),
+        ];
+        (host, port).prop_map(|(host, port)| (format!("{host}{port}"), host))
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Any value: no panic, and an answer is a non-empty prefix of the value that
+        /// is either a whole bracketed literal or has no colon or bracket in it.
+        #[test]
+        fn any_host_value_gives_a_whole_host_or_none(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            hostish in proptest::collection::vec(proptest::sample::select(&b"[]:.0a9f%"[..]), 0..24),
+        ) {
+            let latin1: String = bytes.iter().map(|&b| char::from(b)).collect();
+            let hostish = String::from_utf8(hostish).expect("ASCII");
+            for value in [latin1.as_str(), hostish.as_str()] {
+                if let Some(host) = host_of(value) {
+                    proptest::prop_assert!(!host.is_empty());
+                    proptest::prop_assert!(value.starts_with(host));
+                    if host.starts_with('[') {
+                        proptest::prop_assert!(host.ends_with(']'));
+                        proptest::prop_assert_eq!(host.matches(']').count(), 1);
+                    } else {
+                        proptest::prop_assert!(!host.contains([':', '[', ']']));
+                    }
+                }
+            }
+        }
+
+        /// Valid values give their host; one byte changed gives the host, another whole
+        /// host, or none, never a piece of a bracketed literal.
+        #[test]
+        fn near_valid_host_values(
+            (value, host) in valid_host(),
+            at in 0usize..64,
+            byte in proptest::prelude::any::<u8>(),
+        ) {
+            proptest::prop_assert_eq!(host_of(&value), Some(host.as_str()));
+            let mut mutated: Vec<u8> = value.clone().into_bytes();
+            let at = at % mutated.len();
+            mutated[at] = byte & 0x7f;
+            let mutated = String::from_utf8(mutated).expect("ASCII");
+            if let Some(got) = host_of(&mutated) {
+                proptest::prop_assert!(mutated.starts_with(got));
+                if mutated.starts_with('[') {
+                    proptest::prop_assert!(got.ends_with(']'), "{:?} -> {:?}", mutated, got);
+                }
+            }
+        }
+
+        /// Two different IPv6 literals never share a key, whatever their ports.
+        #[test]
+        fn ipv6_literals_keep_apart(a in proptest::prelude::any::<u128>(), b in proptest::prelude::any::<u128>(), pa in 0u16.., pb in 0u16..) {
+            let (a, b) = (std::net::Ipv6Addr::from(a), std::net::Ipv6Addr::from(b));
+            let ka = host_key(host_of(&format!("[{a}]:{pa}")).unwrap());
+            let kb = host_key(host_of(&format!("[{b}]:{pb}")).unwrap());
+            proptest::prop_assert_eq!(ka == kb, a == b);
+            let bare = format!("[{a}]");
+            proptest::prop_assert_eq!(host_of(&bare), Some(bare.as_str()));
+        }
     }
 }

@@ -91,7 +91,7 @@ pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};
 pub use crate::keyed::{
     ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
-    RequestHead,
+    RequestHead, host_key, host_of,
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture};

@@ -355,20 +355,24 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn fuseboxs_own_rejections_are_ignored_unless_overload_counts() {
+    /// Four calls shed with `shed()`: ignored, or failures that open the breaker when it
+    /// counts overload.
+    async fn shed_calls<E>(shed: fn() -> E)
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         for count_overloaded in [false, true] {
             let layer = CircuitBreakerLayer::new(
                 config().count_overloaded(count_overloaded).build().unwrap(),
             )
             .plain();
             let handle = layer.handle();
-            let mut svc = layer.layer(tower::service_fn(|_: ()| async {
-                Err::<(), _>(Overloaded::new(8, Duration::from_millis(5)))
+            let mut svc = layer.layer(tower::service_fn(move |_: ()| async move {
+                Err::<(), _>(shed())
             }));
             for _ in 0..4 {
                 let err = svc.ready().await.unwrap().call(()).await.unwrap_err();
-                assert!(err.is::<Overloaded>(), "passed on as it came");
+                assert!(err.is::<E>(), "passed on as it came");
             }
             let snapshot = handle.snapshot();
             if count_overloaded {
@@ -379,6 +383,16 @@ mod tests {
                 assert_eq!(snapshot.window.calls, 0, "ignored calls are not counted");
             }
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fuseboxs_own_rejections_are_ignored_unless_overload_counts() {
+        shed_calls(|| Overloaded::new(8, Duration::from_millis(5))).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn towers_load_shedding_is_judged_as_fuseboxs_overload() {
+        shed_calls(fusebox_classify::error::TowerOverloaded::new).await;
     }
 
     #[tokio::test(start_paused = true)]

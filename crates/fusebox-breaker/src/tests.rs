@@ -681,3 +681,59 @@ async fn closing_publishes_the_cleared_window_not_the_outage() {
     assert_eq!(gauge("fusebox_breaker_slow_call_rate"), Some(0.0));
     assert_eq!(gauge("fusebox_breaker_state"), Some(0.0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn ipv6_hosts_each_get_their_own_breaker() {
+    // `[2001:db8::1]` fails, `[2001:db8::2]` is healthy: only the first one's breaker opens,
+    // with or without a port in the `Host` header.
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(ByHost)
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer.layer(tower::service_fn(|request: Request<()>| {
+        let host = request.headers()["host"]
+            .to_str()
+            .unwrap()
+            .to_ascii_lowercase();
+        async move {
+            Ok::<_, Infallible>(status(if host.starts_with("[2001:db8::1]") {
+                503
+            } else {
+                200
+            }))
+        }
+    }));
+    let mut call = async |host: &'static str| {
+        let request = Request::get("/").header("host", host).body(()).unwrap();
+        svc.ready()
+            .await
+            .unwrap()
+            .call(request)
+            .await
+            .map(|r| r.status())
+    };
+    for host in [
+        "[2001:db8::1]:8080",
+        "[2001:db8::1]",
+        "[2001:DB8::1]:443",
+        "[2001:db8::1]",
+    ] {
+        assert_eq!(call(host).await.unwrap(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let sick = host_key("[2001:db8::1]");
+    assert_eq!(handle.get(&sick).unwrap().state(), State::Open);
+    assert!(
+        call("[2001:db8::1]:8080")
+            .await
+            .unwrap_err()
+            .is::<CircuitOpen>()
+    );
+    for host in ["[2001:db8::2]:8080", "[2001:db8::2]"] {
+        assert_eq!(call(host).await.unwrap(), StatusCode::OK, "{host}");
+    }
+    assert_eq!(
+        handle.get(&host_key("[2001:db8::2]")).unwrap().state(),
+        State::Closed
+    );
+    assert_eq!(handle.len(), 2, "one key per address: {:?}", handle.keys());
+}

@@ -6,12 +6,24 @@
 //! body being dropped before the end (the caller gave up: ignored). Every fusebox layer uses
 //! it for its own bookkeeping: the breaker records the verdict, the limit releases its
 //! permit, the timeout stops its body timer.
+//!
+//! A gRPC-Web response ([`ClassifiedBody::for_response`] tells by its content type) carries
+//! its status in a trailer frame at the end of the body instead of in HTTP trailers. Its
+//! body is scanned as it streams past ([`grpc_web`]), and a stream that
+//! ends without HTTP trailers reports the trailer frame's `grpc-status` (and
+//! `grpc-retry-pushback-ms`) as its trailers, so that every classifier and callback reads
+//! gRPC-Web as it reads native gRPC. The scan copies nothing and allocates nothing per
+//! frame; its state is boxed once per gRPC-Web response, so that the bodies of every other
+//! response stay as small as they were.
 
 use crate::error::BoxError;
-use http::HeaderMap;
+use crate::grpc_web::{self, Encoding, TrailerScanner};
+use bytes::Buf;
+use http::{HeaderMap, Response};
 use http_body::{Body, Frame, SizeHint};
 use pin_project::pin_project;
 use std::error::Error;
+use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
@@ -65,25 +77,88 @@ pub struct ClassifiedBody<B, E: OnEndOfStream> {
 /// callback has already been told (or never had one) can give its inner body back
 /// ([`ClassifiedBody::into_inner`]).
 #[derive(Debug)]
-struct Pending<E: OnEndOfStream>(Option<E>);
+struct Pending<E: OnEndOfStream>(Waiter<E>);
+
+/// What a [`Pending`] holds.
+#[derive(Debug)]
+enum Waiter<E> {
+    /// Nothing to tell: a pass-through body, or one whose callback was told.
+    Told,
+    /// Waiting for the end of the stream.
+    Waiting(E),
+    /// Waiting for the end of a gRPC-Web stream, scanning it for its trailer frame. Boxed:
+    /// only gRPC-Web responses have one, and inline it would make every body larger.
+    Scanning(Box<Scanning<E>>),
+}
+
+#[derive(Debug)]
+struct Scanning<E> {
+    on_end: E,
+    scanner: TrailerScanner,
+}
 
 impl<E: OnEndOfStream> Pending<E> {
     #[inline]
-    fn take(&mut self) -> Option<E> {
-        self.0.take()
+    fn is_some(&self) -> bool {
+        !matches!(self.0, Waiter::Told)
     }
 
     #[inline]
-    fn is_some(&self) -> bool {
-        self.0.is_some()
+    fn take(&mut self) -> Waiter<E> {
+        std::mem::replace(&mut self.0, Waiter::Told)
+    }
+
+    /// Reads a data chunk, for a gRPC-Web stream (nothing to do for any other).
+    #[inline]
+    fn scan<D: Buf>(&mut self, data: &D) {
+        if let Waiter::Scanning(scanning) = &mut self.0 {
+            // The chunk's bytes in place, without consuming or copying them. A buffer of
+            // more pieces than this holds (never `Bytes`: one piece) cannot be scanned.
+            let mut pieces = [IoSlice::new(&[]); 16];
+            let n = data.chunks_vectored(&mut pieces);
+            let mut seen = 0;
+            for piece in &pieces[..n] {
+                scanning.scanner.feed(piece);
+                seen += piece.len();
+            }
+            if seen < data.remaining() {
+                scanning.scanner.lose();
+            }
+        }
+    }
+
+    /// Tells the callback `end`.
+    #[inline]
+    fn tell(&mut self, end: StreamEnd<'_>) {
+        match self.take() {
+            Waiter::Told => {}
+            Waiter::Waiting(cb) => cb.on_end(end),
+            Waiter::Scanning(scanning) => scanning.on_end.on_end(end),
+        }
+    }
+
+    /// Tells the callback that the stream ended without HTTP trailers: a gRPC-Web stream
+    /// reports its trailer frame's values as its trailers, if it had a whole one.
+    #[inline]
+    fn tell_end(&mut self) {
+        match self.take() {
+            Waiter::Told => {}
+            Waiter::Waiting(cb) => cb.on_end(StreamEnd::Trailers(None)),
+            Waiter::Scanning(scanning) => {
+                let Scanning { on_end, scanner } = *scanning;
+                match scanner.finish() {
+                    Some(trailers) => trailers
+                        .with_header_map(|map| on_end.on_end(StreamEnd::Trailers(Some(map)))),
+                    None => on_end.on_end(StreamEnd::Trailers(None)),
+                }
+            }
+        }
     }
 }
 
 impl<E: OnEndOfStream> Drop for Pending<E> {
     fn drop(&mut self) {
-        if let Some(cb) = self.0.take() {
-            cb.on_end(StreamEnd::Dropped);
-        }
+        self.tell(StreamEnd::Dropped);
     }
 }
 
@@ -91,17 +166,30 @@ impl<B: Body, E: OnEndOfStream> ClassifiedBody<B, E> {
     /// Wraps `inner`; `on_end` is told how it ends. A body that is already at its end
     /// (empty) reports at once: servers may never poll it.
     pub fn new(inner: B, on_end: E) -> Self {
+        Self::with_encoding(inner, None, on_end)
+    }
+
+    /// Wraps `response`'s body as [`new`](ClassifiedBody::new) does; a gRPC-Web response
+    /// (by its `content-type`: [`grpc_web::encoding`]) has its body scanned for the trailer
+    /// frame that carries its status (see the [module docs](self)).
+    pub fn for_response(response: Response<B>, on_end: E) -> Response<Self> {
+        let web = grpc_web::encoding(response.headers());
+        response.map(|body| Self::with_encoding(body, web, on_end))
+    }
+
+    /// Wraps `inner`, scanning it as a gRPC-Web body in `web` encoding (or not at all).
+    pub fn with_encoding(inner: B, web: Option<Encoding>, on_end: E) -> Self {
+        let mut on_end = Pending(match web {
+            None => Waiter::Waiting(on_end),
+            Some(encoding) => Waiter::Scanning(Box::new(Scanning {
+                on_end,
+                scanner: TrailerScanner::new(encoding),
+            })),
+        });
         if inner.is_end_stream() {
-            on_end.on_end(StreamEnd::Trailers(None));
-            return ClassifiedBody {
-                inner,
-                on_end: Pending(None),
-            };
+            on_end.tell_end();
         }
-        ClassifiedBody {
-            inner,
-            on_end: Pending(Some(on_end)),
-        }
+        ClassifiedBody { inner, on_end }
     }
 }
 
@@ -110,7 +198,7 @@ impl<B, E: OnEndOfStream> ClassifiedBody<B, E> {
     pub fn passthrough(inner: B) -> Self {
         ClassifiedBody {
             inner,
-            on_end: Pending(None),
+            on_end: Pending(Waiter::Told),
         }
     }
 
@@ -156,13 +244,15 @@ where
             Some(Ok(frame)) => {
                 if this.on_end.is_some() {
                     if let Some(trailers) = frame.trailers_ref() {
-                        if let Some(cb) = this.on_end.take() {
-                            cb.on_end(StreamEnd::Trailers(Some(trailers)));
+                        this.on_end.tell(StreamEnd::Trailers(Some(trailers)));
+                    } else {
+                        if let Some(data) = frame.data_ref() {
+                            this.on_end.scan(data);
                         }
-                    } else if this.inner.is_end_stream() {
-                        // The last data frame: hyper may drop the body without polling again.
-                        if let Some(cb) = this.on_end.take() {
-                            cb.on_end(StreamEnd::Trailers(None));
+                        if this.inner.is_end_stream() {
+                            // The last data frame: hyper may drop the body without polling
+                            // again.
+                            this.on_end.tell_end();
                         }
                     }
                 }
@@ -170,15 +260,11 @@ where
             }
             Some(Err(err)) => {
                 let err: BoxError = err.into();
-                if let Some(cb) = this.on_end.take() {
-                    cb.on_end(StreamEnd::Error(&*err));
-                }
+                this.on_end.tell(StreamEnd::Error(&*err));
                 Poll::Ready(Some(Err(err)))
             }
             None => {
-                if let Some(cb) = this.on_end.take() {
-                    cb.on_end(StreamEnd::Trailers(None));
-                }
+                this.on_end.tell_end();
                 Poll::Ready(None)
             }
         }
@@ -197,7 +283,7 @@ where
 mod tests {
     use super::*;
     use bytes::Bytes;
-    use http::HeaderValue;
+    use http::{HeaderValue, Response};
     use http_body_util::{BodyExt, Empty, Full, StreamBody};
     use std::sync::{Arc, Mutex};
 
@@ -350,6 +436,88 @@ mod tests {
         let body = ClassifiedBody::new(Full::new(Bytes::from_static(b"hi")), rec.clone());
         drop(body.into_inner().expect_err("the callback waits"));
         assert_eq!(rec.seen(), vec![Seen::Dropped]);
+    }
+
+    fn web_frame(flags: u8, payload: &[u8]) -> Bytes {
+        Bytes::from(crate::grpc_web::tests::frame(flags, payload))
+    }
+
+    fn web_response(content_type: &'static str, frames: Frames) -> Response<FrameStream> {
+        let mut response = Response::new(stream(frames));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(content_type),
+        );
+        response
+    }
+
+    #[tokio::test]
+    async fn grpc_web_statuses_come_from_the_trailer_frame() {
+        for (status, content_type) in [
+            ("0", "application/grpc-web+proto"),
+            ("14", "application/grpc-web"),
+            ("0", "application/grpc-web+json"),
+        ] {
+            let rec = Record::default();
+            let trailer = format!("grpc-status: {status}\r\n");
+            let mut frames = vec![Ok(Frame::data(web_frame(0, b"message")))];
+            // The trailer frame split across two chunks.
+            let t = web_frame(0x80, trailer.as_bytes());
+            frames.push(Ok(Frame::data(t.slice(..3))));
+            frames.push(Ok(Frame::data(t.slice(3..))));
+            let body =
+                ClassifiedBody::for_response(web_response(content_type, frames), rec.clone());
+            let bytes = body.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(bytes.len(), 12 + t.len(), "the body passes through whole");
+            assert_eq!(rec.seen(), vec![Seen::Trailers(Some(status.into()))]);
+        }
+        // No trailer frame: no trailers (UNKNOWN to a gRPC classifier).
+        let rec = Record::default();
+        let frames = vec![Ok(Frame::data(web_frame(0, b"m")))];
+        let body =
+            ClassifiedBody::for_response(web_response("application/grpc-web", frames), rec.clone());
+        body.into_body().collect().await.unwrap();
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+        // Native gRPC is not scanned: its trailer-like bytes are only data.
+        let rec = Record::default();
+        let frames = vec![Ok(Frame::data(web_frame(0x80, b"grpc-status: 0\r\n")))];
+        let body =
+            ClassifiedBody::for_response(web_response("application/grpc", frames), rec.clone());
+        body.into_body().collect().await.unwrap();
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
+        // HTTP trailers, where a proxy added them, are told as they are.
+        let rec = Record::default();
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("13"));
+        let frames = vec![
+            Ok(Frame::data(web_frame(0x80, b"grpc-status: 0\r\n"))),
+            Ok(Frame::trailers(trailers)),
+        ];
+        let body =
+            ClassifiedBody::for_response(web_response("application/grpc-web", frames), rec.clone());
+        body.into_body().collect().await.unwrap();
+        assert_eq!(rec.seen(), vec![Seen::Trailers(Some("13".into()))]);
+        // Dropped mid-stream: cancelled, once.
+        let rec = Record::default();
+        let frames = vec![
+            Ok(Frame::data(web_frame(0, b"a"))),
+            Ok(Frame::data(web_frame(0x80, b"grpc-status: 0\r\n"))),
+        ];
+        let mut body =
+            ClassifiedBody::for_response(web_response("application/grpc-web", frames), rec.clone())
+                .into_body();
+        body.frame().await.unwrap().unwrap();
+        drop(body);
+        assert_eq!(rec.seen(), vec![Seen::Dropped]);
+        // An empty gRPC-Web body is finished at once, without a status.
+        let rec = Record::default();
+        let mut response = Response::new(Empty::<Bytes>::new());
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc-web"),
+        );
+        let _body = ClassifiedBody::for_response(response, rec.clone());
+        assert_eq!(rec.seen(), vec![Seen::Trailers(None)]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The `Classifier` trait and the classifier every route gets by default.
 
 use crate::call::Call;
-use crate::error::{BudgetExhausted, CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
+use crate::error::ErrorKind;
 use crate::grpc::GrpcClassifier;
 use crate::http::HttpClassifier;
 use crate::outcome::{Classified, RetryHint, Verdict};
@@ -27,7 +27,11 @@ pub trait Classifier: Clone + Send + Sync + 'static {
     /// Classifies a response at the end of its body, from its trailers (if any).
     ///
     /// Only called after [`classify_response`](Classifier::classify_response) returned
-    /// [`Classified::AtEndOfStream`].
+    /// [`Classified::AtEndOfStream`]. For a gRPC-Web response, which has no HTTP trailers,
+    /// the trailers are the `grpc-status` and `grpc-retry-pushback-ms` of the trailer frame
+    /// that ends its body ([`grpc_web`](crate::grpc_web)), as [`ClassifiedBody`] found them.
+    ///
+    /// [`ClassifiedBody`]: crate::ClassifiedBody
     fn classify_eos(&self, call: &Call<'_>, trailers: Option<&HeaderMap>) -> Verdict;
 
     /// Classifies an error: from the inner service, from the response body mid-stream, or
@@ -38,61 +42,58 @@ pub trait Classifier: Clone + Send + Sync + 'static {
     }
 }
 
-/// The default classification of an error, walking its `source()` chain:
+/// The default classification of an error, from the first error in its `source()` chain
+/// that fusebox knows ([`ErrorKind::of`]):
 ///
 /// | error | verdict |
 /// |---|---|
-/// | [`CircuitOpen`], [`Overloaded`], [`DeadlineExceeded`], [`BudgetExhausted`] | ignored: fusebox's own rejections never reached the dependency |
-/// | [`Elapsed`] (a fusebox timeout) | failure, retryable |
+/// | [`CircuitOpen`], [`Overloaded`] (or tower's `load_shed` one), [`DeadlineExceeded`], [`BudgetExhausted`] | ignored: rejections that never reached the dependency |
+/// | [`Elapsed`] (a fusebox timeout, or tower's `timeout` one) | failure, retryable |
 /// | `io::Error` connection refused | failure; the request was not sent, so any request may be retried |
 /// | `io::Error` reset, aborted, broken pipe, unexpected EOF, not connected, timed out | failure, retryable |
 /// | anything else | failure, not retryable |
 ///
 /// The first error in the chain that is recognised decides; transport errors from hyper and
 /// hyper-util carry their `io::Error` as a source and are found that way.
+///
+/// [`CircuitOpen`]: crate::error::CircuitOpen
+/// [`Overloaded`]: crate::error::Overloaded
+/// [`DeadlineExceeded`]: crate::error::DeadlineExceeded
+/// [`BudgetExhausted`]: crate::error::BudgetExhausted
+/// [`Elapsed`]: crate::error::Elapsed
 pub fn classify_error_chain(error: &(dyn Error + 'static)) -> Verdict {
-    let mut next = Some(error);
-    while let Some(err) = next {
-        if let Some(verdict) = classify_one(err) {
-            return verdict;
+    match ErrorKind::of(error) {
+        ErrorKind::CircuitOpen(_)
+        | ErrorKind::Overloaded(_)
+        | ErrorKind::TowerOverloaded(_)
+        | ErrorKind::DeadlineExceeded(_)
+        | ErrorKind::BudgetExhausted(_) => Verdict::IGNORED,
+        ErrorKind::Elapsed(_) | ErrorKind::TowerElapsed(_) => {
+            Verdict::FAILURE.with_retry(RetryHint::Retryable)
         }
-        next = err.source();
+        ErrorKind::Io(io) => {
+            let retry = match io.kind() {
+                io::ErrorKind::ConnectionRefused => RetryHint::NotSent,
+                io::ErrorKind::ConnectionReset
+                | io::ErrorKind::ConnectionAborted
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::UnexpectedEof
+                | io::ErrorKind::NotConnected
+                | io::ErrorKind::TimedOut => RetryHint::Retryable,
+                _ => RetryHint::Never,
+            };
+            Verdict::FAILURE.with_retry(retry)
+        }
+        ErrorKind::Other => Verdict::FAILURE,
     }
-    Verdict::FAILURE
-}
-
-fn classify_one(err: &(dyn Error + 'static)) -> Option<Verdict> {
-    if err.is::<CircuitOpen>()
-        || err.is::<Overloaded>()
-        || err.is::<DeadlineExceeded>()
-        || err.is::<BudgetExhausted>()
-    {
-        return Some(Verdict::IGNORED);
-    }
-    if err.is::<Elapsed>() {
-        return Some(Verdict::FAILURE.with_retry(RetryHint::Retryable));
-    }
-    if let Some(io) = err.downcast_ref::<io::Error>() {
-        let retry = match io.kind() {
-            io::ErrorKind::ConnectionRefused => RetryHint::NotSent,
-            io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::BrokenPipe
-            | io::ErrorKind::UnexpectedEof
-            | io::ErrorKind::NotConnected
-            | io::ErrorKind::TimedOut => RetryHint::Retryable,
-            _ => RetryHint::Never,
-        };
-        return Some(Verdict::FAILURE.with_retry(retry));
-    }
-    None
 }
 
 /// Which protocol a route speaks, for [`StandardClassifier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Protocol {
-    /// Decide per response: `content-type: application/grpc...` on a 200 is gRPC, anything
-    /// else is HTTP. Costs one header lookup per 200 response.
+    /// Decide per response: `content-type: application/grpc...` on a 200 is gRPC
+    /// (gRPC-Web, `application/grpc-web...`, included), anything else is HTTP. Costs one
+    /// header lookup per 200 response.
     #[default]
     Auto,
     /// Always HTTP status rules (no header lookup on success).
@@ -192,6 +193,7 @@ impl Classifier for StandardClassifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{CircuitOpen, Elapsed, TowerElapsed, TowerOverloaded};
     use crate::outcome::Outcome;
     use crate::route::RouteId;
     use http::{HeaderValue, Method};
@@ -238,6 +240,14 @@ mod tests {
         );
         let other = io::Error::other("boom");
         assert_eq!(classify_error_chain(&other), Verdict::FAILURE);
+        // tower's own timeout and load shedding mean what fusebox's do.
+        let tower_timeout = Wrapper(Box::new(TowerElapsed::new()));
+        assert_eq!(
+            classify_error_chain(&tower_timeout),
+            Verdict::FAILURE.with_retry(RetryHint::Retryable)
+        );
+        let tower_shed = Wrapper(Box::new(TowerOverloaded::new()));
+        assert_eq!(classify_error_chain(&tower_shed), Verdict::IGNORED);
         assert_eq!(
             classify_error_chain(&Wrapper("plain".into())),
             Verdict::FAILURE
@@ -275,5 +285,33 @@ mod tests {
             counted.classify_response(&call(), StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new()),
             Classified::Ready(v) if v.is_failure()
         ));
+    }
+
+    #[test]
+    fn grpc_web_is_grpc_trailers_only_from_its_headers() {
+        let c = StandardClassifier::new();
+        for ct in [
+            "application/grpc-web",
+            "application/grpc-web+proto",
+            "application/grpc-web-text",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+            assert_eq!(
+                c.classify_response(&call(), StatusCode::OK, &h),
+                Classified::AtEndOfStream
+            );
+            h.insert("grpc-status", HeaderValue::from_static("14"));
+            assert_eq!(
+                c.classify_response(&call(), StatusCode::OK, &h),
+                Classified::Ready(Verdict::FAILURE.with_retry(RetryHint::Retryable)),
+                "{ct}: a trailers-only answer"
+            );
+            h.insert("grpc-status", HeaderValue::from_static("0"));
+            assert_eq!(
+                c.classify_response(&call(), StatusCode::OK, &h),
+                Classified::Ready(Verdict::SUCCESS)
+            );
+        }
     }
 }

@@ -165,4 +165,51 @@ mod tests {
         let earlier = Deadline::after(Duration::from_secs(1));
         assert_eq!(d.min(earlier), d);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Arbitrary bytes: no panic, and a duration only from 1 to 8 digits and a unit.
+        #[test]
+        fn grpc_timeout_from_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..16)) {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes)
+                && parse_grpc_timeout(&value).is_some()
+            {
+                let (digits, unit) = bytes.split_at(bytes.len() - 1);
+                proptest::prop_assert!((1..=8).contains(&digits.len()));
+                proptest::prop_assert!(digits.iter().all(u8::is_ascii_digit));
+                proptest::prop_assert!(b"HMSmun".contains(&unit[0]));
+            }
+        }
+
+        /// Valid values give their duration, up to the largest (99999999H, no overflow);
+        /// a ninth digit, another unit or a changed byte gives a valid reading or none;
+        /// any duration formats to a value that parses to no more than it.
+        #[test]
+        fn grpc_timeout_near_valid(
+            n in 0u64..=99_999_999,
+            unit in 0usize..6,
+            at in 0usize..9,
+            byte in 0x20u8..0x7f,
+            nanos in proptest::prelude::any::<u64>(),
+            secs in proptest::prelude::any::<u64>(),
+        ) {
+            let (u, scale) = [(b'H', 3_600_000_000_000u128), (b'M', 60_000_000_000), (b'S', 1_000_000_000), (b'm', 1_000_000), (b'u', 1_000), (b'n', 1)][unit];
+            let text = format!("{n}{}", u as char);
+            let got = parse_grpc_timeout(&HeaderValue::from_str(&text).unwrap());
+            proptest::prop_assert_eq!(got.map(|d| d.as_nanos()), Some(u128::from(n) * scale));
+            let nine = format!("{}{n:08}{}", 1, u as char);
+            proptest::prop_assert_eq!(parse_grpc_timeout(&HeaderValue::from_str(&nine).unwrap()), None);
+            let mut mutated = text.clone().into_bytes();
+            let at = at % mutated.len();
+            mutated[at] = byte;
+            if let Some(d) = parse_grpc_timeout(&HeaderValue::from_bytes(&mutated).unwrap()) {
+                proptest::prop_assert!(d <= Duration::from_secs(99_999_999 * 3600));
+            }
+            for d in [Duration::from_nanos(nanos), Duration::new(secs, 0)] {
+                let back = parse_grpc_timeout(&format_grpc_timeout(d)).expect("formats parse");
+                proptest::prop_assert!(back <= d);
+            }
+        }
+    }
 }

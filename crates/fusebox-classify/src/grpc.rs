@@ -1,5 +1,6 @@
 //! Classification of gRPC responses by `grpc-status`, from the headers of a trailers-only
-//! response or from the trailers at the end of the stream.
+//! response or from the trailers at the end of the stream (for gRPC-Web, from the trailer
+//! frame at the end of the body: [`grpc_web`](crate::grpc_web)).
 //!
 //! # Missing and malformed statuses
 //!
@@ -353,5 +354,64 @@ mod tests {
             c.classify_eos(&call(), Some(&t)).retry(),
             RetryHint::Retryable
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Arbitrary bytes: no panic; a code other than UNKNOWN only from 1 to 3 digits
+        /// naming it.
+        #[test]
+        fn grpc_status_from_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8)) {
+            let code = Code::parse(&bytes);
+            if code != Code::Unknown {
+                proptest::prop_assert!((1..=3).contains(&bytes.len()));
+                let n: i32 = std::str::from_utf8(&bytes).unwrap().parse().unwrap();
+                proptest::prop_assert_eq!(Code::from_i32(n), code);
+            }
+        }
+
+        /// Numbers: 0..=16 are their code, anything larger (however large) UNKNOWN.
+        #[test]
+        fn grpc_status_near_valid(n in proptest::prelude::any::<u64>(), small in 0u8..=16, zeros in 0usize..3) {
+            let text = n.to_string();
+            let expected = if n <= 16 { Code::from_i32(n as i32) } else { Code::Unknown };
+            proptest::prop_assert_eq!(Code::parse(text.as_bytes()), expected);
+            let padded = format!("{}{small}", "0".repeat(zeros));
+            let expected = if padded.len() <= 3 { Code::from_i32(i32::from(small)) } else { Code::Unknown };
+            proptest::prop_assert_eq!(Code::parse(padded.as_bytes()), expected);
+        }
+
+        /// `grpc-retry-pushback-ms` of any value: no panic; a number of milliseconds is a
+        /// delay, a negative one means never, anything else an ordinary retry.
+        #[test]
+        fn pushback_of_any_value(ms in proptest::prelude::any::<i64>(), bytes in proptest::collection::vec(0x20u8..0x7f, 0..24)) {
+            let c = GrpcClassifier::new();
+            let mut t = trailers("14");
+            t.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_str(&ms.to_string()).unwrap());
+            let expected = if ms < 0 {
+                RetryHint::Never
+            } else {
+                RetryHint::After(RetryAfter::Delay(Duration::from_millis(ms.unsigned_abs())))
+            };
+            proptest::prop_assert_eq!(c.classify_eos(&call(), Some(&t)).retry(), expected);
+            t.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_bytes(&bytes).unwrap());
+            let v = c.classify_eos(&call(), Some(&t));
+            proptest::prop_assert!(v.is_failure());
+        }
+
+        /// `grpc-message` says nothing about health: whatever it holds, the verdict is the
+        /// status's.
+        #[test]
+        fn grpc_message_never_changes_the_verdict(status in 0u8..=20, bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let c = GrpcClassifier::new();
+            let mut t = HeaderMap::new();
+            t.insert(GRPC_STATUS, HeaderValue::from_str(&status.to_string()).unwrap());
+            let plain = c.classify_eos(&call(), Some(&t));
+            if let Ok(message) = HeaderValue::from_bytes(&bytes) {
+                t.insert("grpc-message", message);
+                proptest::prop_assert_eq!(c.classify_eos(&call(), Some(&t)), plain);
+            }
+        }
     }
 }

@@ -14,7 +14,8 @@
 //!   `MatchedPath`, or a gRPC method path, so that a 429 can open one breaker and be ignored
 //!   by another;
 //! - at the end of the stream when the verdict is in the trailers, through
-//!   [`ClassifiedBody`].
+//!   [`ClassifiedBody`] — for gRPC-Web too, whose status comes in a trailer frame at the
+//!   end of the body ([`grpc_web`]).
 //!
 //! It also holds what every layer shares: fusebox's own [`error`] types (so each layer can
 //! recognise the others' rejections), the [`Clock`] that paused tokio time drives, and
@@ -56,6 +57,7 @@ pub mod config;
 pub mod deadline;
 pub mod error;
 pub mod grpc;
+pub mod grpc_web;
 pub mod http;
 mod outcome;
 pub mod route;
@@ -67,7 +69,7 @@ pub use crate::classifier::{Classifier, Protocol, StandardClassifier, classify_e
 pub use crate::clock::{Clock, Nanos};
 pub use crate::config::{ConfigError, Problem, Validator};
 pub use crate::deadline::Deadline;
-pub use crate::error::BoxError;
+pub use crate::error::{BoxError, ErrorKind};
 pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};

@@ -193,4 +193,55 @@ mod tests {
         assert_eq!(Verdict::SUCCESS.outcome(), Outcome::Success);
         assert!(!Verdict::IGNORED.is_slow());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Arbitrary bytes: no panic; a delay comes only from digits (saturating, never
+        /// overflowing), a date only from a text that is an HTTP-date.
+        #[test]
+        fn retry_after_from_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)) {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes) {
+                match RetryAfter::parse(&value) {
+                    Some(RetryAfter::Delay(d)) => {
+                        let text = value.to_str().unwrap().trim();
+                        proptest::prop_assert!(!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()));
+                        proptest::prop_assert_eq!(d.as_secs(), text.parse::<u64>().unwrap_or(u64::MAX));
+                    }
+                    Some(RetryAfter::At(at)) => {
+                        let text = value.to_str().unwrap().trim();
+                        proptest::prop_assert_eq!(httpdate::parse_http_date(text).ok(), Some(at));
+                    }
+                    None => {}
+                }
+            }
+        }
+
+        /// Valid values give their delay or date; huge numbers saturate; one byte changed
+        /// gives a value of the right kind or none.
+        #[test]
+        fn retry_after_near_valid(
+            secs in proptest::prelude::any::<u64>(),
+            huge in proptest::prelude::any::<u128>(),
+            date_secs in 0u64..253_402_300_799,
+            at in 0usize..40,
+            byte in 0x20u8..0x7f,
+        ) {
+            let delay = HeaderValue::from_str(&secs.to_string()).unwrap();
+            proptest::prop_assert_eq!(RetryAfter::parse(&delay), Some(RetryAfter::Delay(Duration::from_secs(secs))));
+            let long = HeaderValue::from_str(&format!("{huge}{huge}")).unwrap();
+            proptest::prop_assert_eq!(RetryAfter::parse(&long), Some(RetryAfter::Delay(Duration::from_secs(u64::MAX))));
+            let when = SystemTime::UNIX_EPOCH + Duration::from_secs(date_secs);
+            let text = httpdate::fmt_http_date(when);
+            let date = HeaderValue::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(RetryAfter::parse(&date), Some(RetryAfter::At(when)));
+            let mut mutated = text.into_bytes();
+            let at = at % mutated.len();
+            mutated[at] = byte;
+            let value = HeaderValue::from_bytes(&mutated).unwrap();
+            if let Some(RetryAfter::At(at)) = RetryAfter::parse(&value) {
+                proptest::prop_assert_eq!(httpdate::parse_http_date(value.to_str().unwrap().trim()).ok(), Some(at));
+            }
+        }
+    }
 }

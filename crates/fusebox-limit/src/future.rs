@@ -186,10 +186,10 @@ where
         }
         Ok(response) => {
             let completion = admitted.on_response(response.status(), response.headers());
-            Ok(response.map(|body| match completion {
-                Some(completion) => ClassifiedBody::new(body, completion),
-                None => ClassifiedBody::passthrough(body),
-            }))
+            Ok(match completion {
+                Some(completion) => ClassifiedBody::for_response(response, completion),
+                None => response.map(ClassifiedBody::passthrough),
+            })
         }
         Err(error) => {
             let error = error.into();

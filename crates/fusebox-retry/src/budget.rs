@@ -18,7 +18,9 @@
 //! outcomes do not take the mutex: each is one compare-and-swap on a counter of the current
 //! bucket. A deposit racing a withdrawal can only be missed by it, which makes the
 //! withdrawal more conservative, never less. All arithmetic is in integers: the ratio is
-//! kept in thousandths (a request deposits `ratio × 1000` units, a retry costs `1000`).
+//! kept exactly, in billionths (a request deposits `ratio × 10^9` units, a retry costs
+//! `10^9`), so the budget allows exactly `⌊ratio × requests + floor × ttl⌋` retries —
+//! [`RetryConfig`] refuses a ratio it could not keep rather than round it.
 //!
 //! # Deposits without a clock read
 //!
@@ -47,7 +49,7 @@
 //! threshold, retries stop until the share falls again (as failures age out of the window).
 //! Attempts are the requests plus the retries and hedges, less the ignored attempts.
 
-use crate::config::RetryConfig;
+use crate::config::{RATIO_SCALE, RetryConfig};
 use fusebox_classify::shard::{shard_count, thread_slot};
 use fusebox_classify::{Clock, Nanos, Outcome};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,7 +68,7 @@ pub const BUCKETS: usize = 10;
 pub const PLACE_EVERY: u64 = 64;
 
 /// Units of one retry; a request deposits `ratio × SCALE` units.
-const SCALE: u64 = 1000;
+const SCALE: u64 = RATIO_SCALE;
 
 /// A count tagged with the epoch it belongs to: epoch in the high 32 bits, count in the low.
 #[derive(Debug, Default)]
@@ -169,7 +171,7 @@ pub struct RetryBudget {
     clock: Clock,
     bucket_nanos: u64,
     deposit_units: u64,
-    reserve_units: u64,
+    reserve_units: u128,
     cutoff: Option<Cutoff>,
     slots: [Slot; BUCKETS],
     /// Deposits not yet placed in a bucket, counted per thread (a power of two of shards).
@@ -190,13 +192,12 @@ impl RetryBudget {
     pub fn with_clock(config: &RetryConfig, clock: Clock) -> Self {
         let ttl_nanos = fusebox_classify::clock::duration_nanos(config.ttl()).max(1);
         let bucket_nanos = (ttl_nanos / BUCKETS as u64).max(1);
-        let ttl_millis = u64::try_from(config.ttl().as_millis()).unwrap_or(u64::MAX);
         RetryBudget {
             clock,
             bucket_nanos,
-            deposit_units: u64::from(config.retry_ratio_permille()),
-            // floor per second × ttl seconds × SCALE units, with SCALE = 1000 = ms per s.
-            reserve_units: u64::from(config.min_retries_per_second()).saturating_mul(ttl_millis),
+            deposit_units: config.retry_ratio_billionths(),
+            // floor per second × ttl seconds × SCALE units, with SCALE = 10^9 = ns per s.
+            reserve_units: u128::from(config.min_retries_per_second()) * u128::from(ttl_nanos),
             cutoff: config.cutoff_threshold_permille().map(|t| Cutoff {
                 threshold_permille: u64::from(t),
                 minimum_calls: u64::from(config.cutoff_minimum_calls()),
@@ -291,10 +292,11 @@ impl RetryBudget {
     fn available_in(&self, epoch: u64) -> u64 {
         let requests = self.sum(epoch, |s| &s.requests);
         let retries = self.sum(epoch, |s| &s.retries);
-        let credit = requests
-            .saturating_mul(self.deposit_units)
-            .saturating_add(self.reserve_units);
-        (credit / SCALE).saturating_sub(retries)
+        // In u128: 2^64 requests × 10^12 units still fit, so nothing saturates or rounds.
+        let credit = u128::from(requests) * u128::from(self.deposit_units) + self.reserve_units;
+        u64::try_from(credit / u128::from(SCALE))
+            .unwrap_or(u64::MAX)
+            .saturating_sub(retries)
     }
 
     /// Records how an attempt ended, for the cut-off. Successes need no record (every
@@ -418,6 +420,34 @@ mod tests {
         let snap = b.snapshot_at(Nanos(10 * SEC));
         assert_eq!((snap.requests, snap.retries), (1, 1));
         assert_eq!(b.snapshot_at(Nanos(11 * SEC)), BudgetSnapshot::default());
+    }
+
+    #[test]
+    fn small_ratios_are_kept_exactly() {
+        // 0.0015 allows 15 retries per 10,000 requests (rounded to thousandths it would be 0.002:
+        // 20); 0.0005 one per 2,000 (not 0.001: two); 0.0004 four per 10,000 (not zero).
+        for (ratio, requests, retries) in [
+            (0.0015, 10_000, 15),
+            (0.0015, 9_999, 14),
+            (0.0005, 2_000, 1),
+            (0.0005, 1_999, 0),
+            (0.0004, 10_000, 4),
+            (0.000_000_001, 1_000_000_000, 1),
+        ] {
+            let b = budget(ratio, 0, 10, None);
+            for _ in 0..requests / 1_000_000 {
+                // Large counts: a bucket's counter takes them a million at a time.
+                b.slot(0).requests.add(0, 1_000_000);
+            }
+            for _ in 0..requests % 1_000_000 {
+                b.deposit_at(Nanos(0));
+            }
+            assert_eq!(
+                withdraw_all(&b, Nanos(0)),
+                retries,
+                "{ratio} × {requests} requests"
+            );
+        }
     }
 
     #[test]

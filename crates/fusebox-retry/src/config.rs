@@ -29,7 +29,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct RetryConfig {
     name: Arc<str>,
-    retry_ratio_permille: u32,
+    retry_ratio_billionths: u64,
     min_retries_per_second: u32,
     ttl: Duration,
     cutoff_threshold_permille: Option<u32>,
@@ -65,12 +65,13 @@ impl RetryConfig {
 
     /// Retries allowed per request in the window.
     pub fn retry_ratio(&self) -> f64 {
-        f64::from(self.retry_ratio_permille) / 1000.0
+        self.retry_ratio_billionths as f64 / RATIO_SCALE as f64
     }
 
-    /// [`retry_ratio`](RetryConfig::retry_ratio) in thousandths, as the budget counts it.
-    pub fn retry_ratio_permille(&self) -> u32 {
-        self.retry_ratio_permille
+    /// [`retry_ratio`](RetryConfig::retry_ratio) in billionths, exactly as the budget counts
+    /// it (0.0015 is 1,500,000).
+    pub fn retry_ratio_billionths(&self) -> u64 {
+        self.retry_ratio_billionths
     }
 
     /// The floor of retries per second.
@@ -185,7 +186,10 @@ impl RetryConfigBuilder {
     }
 
     /// Retries allowed per request in the window: 0.2 lets 20 % of recent requests be
-    /// retried. Within 0.0..=1000.0; kept in thousandths.
+    /// retried. Within 0.0..=1000.0, with at most nine decimal places: the budget counts
+    /// in billionths and keeps the ratio exactly, so a ratio it could not keep (0.1234567891,
+    /// or 1/3) is refused rather than rounded up (more retries than asked) or down (to zero,
+    /// which would turn ratio-based retries off).
     pub fn retry_ratio(mut self, ratio: f64) -> Self {
         self.retry_ratio = ratio;
         self
@@ -273,11 +277,18 @@ impl RetryConfigBuilder {
     pub fn build(self) -> Result<RetryConfig, ConfigError> {
         let mut v = Validator::new();
         let ratio = self.retry_ratio;
-        v.check(
-            ratio.is_finite() && (0.0..=1000.0).contains(&ratio),
-            "retry_ratio",
-            || format!("must be within 0.0..=1000.0, got {ratio}"),
-        );
+        let in_range = ratio.is_finite() && (0.0..=1000.0).contains(&ratio);
+        v.check(in_range, "retry_ratio", || {
+            format!("must be within 0.0..=1000.0, got {ratio}")
+        });
+        let billionths = ratio_billionths(ratio);
+        if in_range {
+            v.check(billionths.is_some(), "retry_ratio", || {
+                format!(
+                    "must have at most 9 decimal places (the budget counts billionths of a retry exactly), got {ratio}"
+                )
+            });
+        }
         let ttl = self.ttl;
         v.check(
             (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&ttl),
@@ -317,11 +328,7 @@ impl RetryConfigBuilder {
         let permille = |x: f64| (x * 1000.0).round() as u32;
         v.finish(RetryConfig {
             name: self.name,
-            retry_ratio_permille: if ratio.is_finite() {
-                permille(ratio.clamp(0.0, 1000.0))
-            } else {
-                0
-            },
+            retry_ratio_billionths: billionths.unwrap_or(0),
             min_retries_per_second: self.min_retries_per_second,
             ttl: self.ttl,
             cutoff_threshold_permille: self.failure_rate_threshold.map(|t| permille(t).max(1)),
@@ -336,6 +343,21 @@ impl RetryConfigBuilder {
             wall_clock: self.wall_clock,
         })
     }
+}
+
+/// Units of one retry in the budget: the ratio is kept in billionths.
+pub(crate) const RATIO_SCALE: u64 = 1_000_000_000;
+
+/// `ratio` in billionths when that is exact: when the decimal with at most nine places
+/// nearest to it is the very `f64` the caller wrote (0.0015 is 1,500,000); `None` for a
+/// ratio with more places (or out of range), which the budget could only round.
+fn ratio_billionths(ratio: f64) -> Option<u64> {
+    if !(ratio.is_finite() && (0.0..=1000.0).contains(&ratio)) {
+        return None;
+    }
+    // At most 10^12: exact in an f64, as is the division back (correctly rounded).
+    let units = (ratio * RATIO_SCALE as f64).round();
+    (units / RATIO_SCALE as f64 == ratio).then_some(units as u64)
 }
 
 #[cfg(feature = "serde")]
@@ -421,9 +443,62 @@ mod tests {
     use super::*;
 
     #[test]
+    fn ratios_are_kept_to_the_billionth_or_refused() {
+        for (ratio, billionths) in [
+            (0.0015, 1_500_000),
+            (0.0005, 500_000),
+            (0.0004, 400_000),
+            (0.2, 200_000_000),
+            (0.000_000_001, 1),
+            (0.0, 0),
+            (1000.0, 1_000_000_000_000),
+            (123.456_789_012, 123_456_789_012),
+        ] {
+            let c = RetryConfig::builder().retry_ratio(ratio).build().unwrap();
+            assert_eq!(c.retry_ratio_billionths(), billionths, "{ratio}");
+            assert_eq!(c.retry_ratio(), ratio);
+        }
+        for ratio in [0.000_000_000_1, 1.0 / 3.0, 0.123_456_789_1] {
+            let err = RetryConfig::builder()
+                .retry_ratio(ratio)
+                .build()
+                .unwrap_err();
+            assert_eq!(err.problems().len(), 1, "{err}");
+            assert_eq!(err.problems()[0].path(), "retry_ratio");
+            assert!(
+                err.problems()[0]
+                    .rule()
+                    .starts_with("must have at most 9 decimal places"),
+                "{err}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Any `f64`: no panic; a ratio that is kept is kept exactly, and every decimal of
+        /// up to nine places within range is kept.
+        #[test]
+        fn ratio_billionths_are_exact(bits in proptest::prelude::any::<u64>(), units in 0u64..=1_000_000_000_000) {
+            let ratio = f64::from_bits(bits);
+            if let Some(kept) = ratio_billionths(ratio) {
+                proptest::prop_assert!(kept <= 1_000_000_000_000);
+                proptest::prop_assert_eq!(kept as f64 / 1e9, ratio);
+            }
+            let decimal = units as f64 / 1e9;
+            proptest::prop_assert_eq!(ratio_billionths(decimal), Some(units));
+            // Parsed from its text, as a configuration file gives it.
+            let text = format!("{}.{:09}", units / 1_000_000_000, units % 1_000_000_000);
+            let parsed: f64 = text.parse().unwrap();
+            proptest::prop_assert_eq!(ratio_billionths(parsed), Some(units), "{}", text);
+        }
+    }
+
+    #[test]
     fn defaults() {
         let c = RetryConfig::default();
-        assert_eq!(c.retry_ratio_permille(), 200);
+        assert_eq!(c.retry_ratio_billionths(), 200_000_000);
         assert!((c.retry_ratio() - 0.2).abs() < 1e-9);
         assert_eq!(c.min_retries_per_second(), 10);
         assert_eq!(c.ttl(), Duration::from_secs(10));
@@ -481,7 +556,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.name(), "fraud");
-        assert_eq!(c.retry_ratio_permille(), 100);
+        assert_eq!(c.retry_ratio_billionths(), 100_000_000);
         assert_eq!(c.ttl(), Duration::from_secs(5));
         assert_eq!(c.hedge_delay(), Some(Duration::from_millis(30)));
         assert_eq!(c.cutoff_threshold_permille(), None);

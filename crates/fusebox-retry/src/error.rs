@@ -49,23 +49,13 @@ impl fmt::Display for BodyExceedsSizeHint {
 
 impl std::error::Error for BodyExceedsSizeHint {}
 
-/// Whether `error` (or any error in its `source()` chain) is one of fusebox's own
-/// rejections, which the retry layer never retries: a breaker that is open, a concurrency
-/// limit that shed the call, a deadline already spent, or an inner retry layer whose budget
-/// is spent (retrying it would multiply attempts across layers).
+/// Whether `error` (or any error in its `source()` chain) is a rejection, which the retry
+/// layer never retries: a breaker that is open, a concurrency limit that shed the call
+/// (fusebox's, or tower's `load_shed`), a deadline already spent, or an inner retry layer
+/// whose budget is spent (retrying it would multiply attempts across layers). See
+/// [`ErrorKind::is_rejection`](fusebox_classify::ErrorKind::is_rejection).
 pub(crate) fn is_fusebox_rejection(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(err) = next {
-        if err.is::<CircuitOpen>()
-            || err.is::<Overloaded>()
-            || err.is::<DeadlineExceeded>()
-            || err.is::<BudgetExhausted>()
-        {
-            return true;
-        }
-        next = err.source();
-    }
-    false
+    fusebox_classify::ErrorKind::of(error).is_rejection()
 }
 
 #[cfg(test)]
@@ -93,6 +83,10 @@ mod tests {
         assert!(is_fusebox_rejection(&Wrap(Box::new(open))));
         assert!(is_fusebox_rejection(&Overloaded::new(1, Duration::ZERO)));
         assert!(is_fusebox_rejection(&DeadlineExceeded::new()));
+        let tower_shed = fusebox_classify::error::TowerOverloaded::new();
+        assert!(is_fusebox_rejection(&Wrap(Box::new(tower_shed))));
+        let tower_timeout = fusebox_classify::error::TowerElapsed::new();
+        assert!(!is_fusebox_rejection(&Wrap(Box::new(tower_timeout))));
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert!(!is_fusebox_rejection(&io));
         assert!(!is_fusebox_rejection(&Elapsed::new(

@@ -468,3 +468,28 @@ async fn counters_count_attempts_retries_hedges_and_refusals() {
     assert_eq!(get("fusebox_retry_hedges_total", "hedged"), 1);
     assert_eq!(get("fusebox_retry_attempts_total", "hedged"), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn towers_timeout_is_retried_and_its_load_shedding_is_not() {
+    use fusebox_classify::error::{TowerElapsed, TowerOverloaded};
+    // A user's own `tower::timeout` below the retry layer: retried like fusebox's timeout.
+    let seen = Seen::default();
+    let svc = layer(config().max_attempts(3)).layer(dependency(seen.clone(), |n| {
+        if n == 0 {
+            Err(Box::new(TowerElapsed::new()))
+        } else {
+            status(200)
+        }
+    }));
+    assert_eq!(svc.oneshot(get()).await.unwrap().status(), 200);
+    assert_eq!(seen.count(), 2);
+
+    // A user's own `tower::load_shed`: a rejection, never retried, like fusebox's limit.
+    let seen = Seen::default();
+    let svc = layer(config().max_attempts(3)).layer(dependency(seen.clone(), |_| {
+        Err(Box::new(TowerOverloaded::new()))
+    }));
+    let err = svc.oneshot(get()).await.unwrap_err();
+    assert!(err.is::<TowerOverloaded>());
+    assert_eq!(seen.count(), 1);
+}

@@ -212,4 +212,38 @@ mod tests {
         assert_eq!(both_bad.malformed, Some(Source::GrpcTimeout));
         assert_eq!(Source::Millis.label(), "millis-header");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// A millisecond header of arbitrary bytes: no panic, and a duration only from 1 to
+        /// 19 digits, exactly their value (19 digits never overflow).
+        #[test]
+        fn millis_from_arbitrary_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24)) {
+            if let Ok(value) = HeaderValue::from_bytes(&bytes)
+                && let Some(d) = parse_millis(&value)
+            {
+                proptest::prop_assert!((1..=19).contains(&bytes.len()));
+                let n: u64 = std::str::from_utf8(&bytes).unwrap().parse().unwrap();
+                proptest::prop_assert_eq!(d, Duration::from_millis(n));
+            }
+        }
+
+        /// Valid values and their limits: any u64 of up to 19 digits is read exactly, a
+        /// twentieth digit is refused; what is sent downstream never grows the budget.
+        #[test]
+        fn millis_and_outbound_near_valid(n in proptest::prelude::any::<u64>(), limit_ns in proptest::prelude::any::<u64>(), theirs in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12)) {
+            let text = n.to_string();
+            let got = parse_millis(&HeaderValue::from_str(&text).unwrap());
+            proptest::prop_assert_eq!(got, (text.len() <= 19).then(|| Duration::from_millis(n)));
+            let limit = Duration::from_nanos(limit_ns);
+            proptest::prop_assert_eq!(parse_millis(&millis_value(limit)), Some(ms(u64::try_from(limit.as_millis()).unwrap())));
+            let existing = HeaderValue::from_bytes(&theirs).ok();
+            let sent = outbound_grpc_timeout(existing.as_ref(), limit)
+                .or(existing)
+                .expect("a value is kept or sent");
+            let sent = fusebox_classify::deadline::parse_grpc_timeout(&sent).expect("what goes downstream parses");
+            proptest::prop_assert!(sent <= limit);
+        }
+    }
 }

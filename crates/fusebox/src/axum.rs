@@ -8,7 +8,8 @@
 //! |---|---|
 //! | [`CircuitOpen`] | `503 Service Unavailable`, `Retry-After` from the breaker |
 //! | [`Overloaded`] | `503 Service Unavailable`, `Retry-After` from the limit |
-//! | [`Elapsed`] (a timeout) | `504 Gateway Timeout` |
+//! | tower's `load_shed` `Overloaded` | `503 Service Unavailable`, no `Retry-After` |
+//! | [`Elapsed`] (a timeout), or tower's `timeout` `Elapsed` | `504 Gateway Timeout` |
 //! | [`DeadlineExceeded`] (the caller's deadline had passed) | `504 Gateway Timeout` |
 //! | anything else | `500 Internal Server Error`, or what [`PolicyLayer::map_error`] says |
 //!
@@ -39,8 +40,11 @@
 use crate::policy::{Policy, PolicyBody, PolicyService};
 use axum::body::Body;
 use axum::response::Response;
-use fusebox_classify::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
-use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+#[cfg(doc)]
+use fusebox_classify::error::DeadlineExceeded;
+#[cfg(any(doc, test))]
+use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
+use fusebox_classify::{BoxError, Classifier, ErrorKind, StandardClassifier};
 use fusebox_retry::ReplayBody;
 use http::{HeaderValue, Request, StatusCode, header};
 use pin_project::pin_project;
@@ -303,28 +307,28 @@ fn respond(error: &(dyn Error + Send + Sync + 'static), map_error: Option<&MapEr
 ///
 /// For hand-made stacks: a `HandleErrorLayer` can call it.
 pub fn fusebox_response(error: &(dyn Error + 'static)) -> Option<Response> {
-    let mut next = Some(error);
-    while let Some(err) = next {
-        if let Some(open) = err.downcast_ref::<CircuitOpen>() {
-            return Some(plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service unavailable: circuit breaker open",
-                Some(open.retry_after()),
-            ));
+    const OVERLOADED: &str = "service unavailable: overloaded";
+    match ErrorKind::of(error) {
+        ErrorKind::CircuitOpen(open) => Some(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service unavailable: circuit breaker open",
+            Some(open.retry_after()),
+        )),
+        ErrorKind::Overloaded(over) => Some(plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            OVERLOADED,
+            Some(over.retry_after()),
+        )),
+        // tower's load shedding gives no hint of when to come back.
+        ErrorKind::TowerOverloaded(_) => {
+            Some(plain(StatusCode::SERVICE_UNAVAILABLE, OVERLOADED, None))
         }
-        if let Some(over) = err.downcast_ref::<Overloaded>() {
-            return Some(plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service unavailable: overloaded",
-                Some(over.retry_after()),
-            ));
+        ErrorKind::Elapsed(_) | ErrorKind::TowerElapsed(_) | ErrorKind::DeadlineExceeded(_) => {
+            Some(plain(StatusCode::GATEWAY_TIMEOUT, "gateway timeout", None))
         }
-        if err.is::<Elapsed>() || err.is::<DeadlineExceeded>() {
-            return Some(plain(StatusCode::GATEWAY_TIMEOUT, "gateway timeout", None));
-        }
-        next = err.source();
+        ErrorKind::BudgetExhausted(exhausted) => fusebox_response(exhausted.last()),
+        ErrorKind::Io(_) | ErrorKind::Other => None,
     }
-    None
 }
 
 /// `Retry-After` in whole seconds, rounded up, at least 1.
@@ -369,6 +373,15 @@ mod tests {
             StatusCode::GATEWAY_TIMEOUT
         );
         assert!(fusebox_response(&std::io::Error::other("x")).is_none());
+        // tower's own timeout and load shedding, from a user's layers.
+        let tower_timeout = fusebox_classify::error::TowerElapsed::new();
+        assert_eq!(
+            fusebox_response(&tower_timeout).unwrap().status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
+        let r = fusebox_response(&fusebox_classify::error::TowerOverloaded::new()).unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
         let other = std::io::Error::other("x");
         assert_eq!(
             respond(&other, None).status(),

@@ -34,11 +34,17 @@ pub type TickStream = Pin<Box<dyn futures_util::Stream<Item = Result<Tick, Statu
 
 /// `test.Feed`: `Watch` streams `n` ticks and ends with the configured status; `Deadline`
 /// answers the milliseconds left of the request's fusebox `Deadline` (0 without one);
-/// `Slow` answers after a second.
+/// `Slow` answers after a second. For the retry tests, each counting its calls in `calls`:
+/// `Flaky` answers `UNAVAILABLE` to its first `unavailable` calls, then the request's `n`;
+/// `Stall` answers its first call after a minute and every later one at once, with the
+/// call's number; `Count` (client-streaming) answers `UNAVAILABLE` without reading its
+/// request stream.
 #[derive(Clone)]
 pub struct Feed {
     pub end: Arc<Mutex<Code>>,
     pub watches: Arc<AtomicUsize>,
+    pub calls: Arc<AtomicUsize>,
+    pub unavailable: Arc<AtomicUsize>,
 }
 
 impl Feed {
@@ -46,6 +52,8 @@ impl Feed {
         Feed {
             end: Arc::new(Mutex::new(end)),
             watches: Arc::new(AtomicUsize::new(0)),
+            calls: Arc::new(AtomicUsize::new(0)),
+            unavailable: Arc::new(AtomicUsize::new(0)),
         }
     }
 }
@@ -79,6 +87,18 @@ impl Service<http::Request<Body>> for Feed {
                 let mut grpc = tonic::server::Grpc::new(codec);
                 Ok(grpc.unary(Unary::Slow, request).await)
             }),
+            "/test.Feed/Flaky" => Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(codec);
+                Ok(grpc.unary(Unary::Flaky(feed), request).await)
+            }),
+            "/test.Feed/Stall" => Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(codec);
+                Ok(grpc.unary(Unary::Stall(feed), request).await)
+            }),
+            "/test.Feed/Count" => Box::pin(async move {
+                let mut grpc = tonic::server::Grpc::new(codec);
+                Ok(grpc.client_streaming(Count(feed), request).await)
+            }),
             _ => Box::pin(async { Ok(Status::unimplemented("no such method").into_http()) }),
         }
     }
@@ -109,6 +129,21 @@ impl tonic::server::ServerStreamingService<Tick> for Watch {
 pub enum Unary {
     Deadline,
     Slow,
+    Flaky(Feed),
+    Stall(Feed),
+}
+
+/// `Count`: a client-streaming call answered `UNAVAILABLE` at once.
+pub struct Count(pub Feed);
+
+impl tonic::server::ClientStreamingService<Tick> for Count {
+    type Response = Tick;
+    type Future = BoxFuture<Result<tonic::Response<Tick>, Status>>;
+
+    fn call(&mut self, _request: tonic::Request<tonic::Streaming<Tick>>) -> Self::Future {
+        self.0.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Err(Status::unavailable("not now")) })
+    }
 }
 
 impl tonic::server::UnaryService<Tick> for Unary {
@@ -128,6 +163,27 @@ impl tonic::server::UnaryService<Tick> for Unary {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 Ok(tonic::Response::new(Tick { n: 1 }))
             }),
+            Unary::Flaky(feed) => {
+                let call = feed.calls.fetch_add(1, Ordering::SeqCst);
+                let n = request.into_inner().n;
+                let unavailable = feed.unavailable.load(Ordering::SeqCst);
+                Box::pin(async move {
+                    if call < unavailable {
+                        Err(Status::unavailable("try again"))
+                    } else {
+                        Ok(tonic::Response::new(Tick { n }))
+                    }
+                })
+            }
+            Unary::Stall(feed) => {
+                let call = feed.calls.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async move {
+                    if call == 0 {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                    }
+                    Ok(tonic::Response::new(Tick { n: call as u64 }))
+                })
+            }
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::input::InputError;
 use crate::scenario::Scenario;
 use bytes::Bytes;
 use fusebox_breaker::{BreakerEvent, EventKind, State};
-use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
+use fusebox_classify::ErrorKind;
 use fusebox_redis::{OnRedis, RedisStoreConfig};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
@@ -186,22 +186,19 @@ pub fn transition_line(
     line
 }
 
-/// Classifies what the caller got.
+/// Classifies what the caller got. A deadline spent before the call was sent is a
+/// timeout, like a timeout that fired; tower's own timeout and load shedding count as
+/// fusebox's; a spent retry budget is judged by the last attempt's error.
 fn outcome_of_error(e: &(dyn std::error::Error + 'static)) -> CallOutcome {
-    let mut next = Some(e);
-    while let Some(err) = next {
-        if err.is::<CircuitOpen>() {
-            return CallOutcome::RejectedBreaker;
+    match ErrorKind::of(e) {
+        ErrorKind::CircuitOpen(_) => CallOutcome::RejectedBreaker,
+        ErrorKind::Overloaded(_) | ErrorKind::TowerOverloaded(_) => CallOutcome::RejectedLimit,
+        ErrorKind::Elapsed(_) | ErrorKind::TowerElapsed(_) | ErrorKind::DeadlineExceeded(_) => {
+            CallOutcome::Timeout
         }
-        if err.is::<Overloaded>() {
-            return CallOutcome::RejectedLimit;
-        }
-        if err.is::<Elapsed>() {
-            return CallOutcome::Timeout;
-        }
-        next = err.source();
+        ErrorKind::BudgetExhausted(exhausted) => outcome_of_error(exhausted.last()),
+        ErrorKind::Io(_) | ErrorKind::Other => CallOutcome::ConnectionError,
     }
-    CallOutcome::ConnectionError
 }
 
 /// Runs `scenario` and returns its report. Live lines (phases, transitions, progress) go
@@ -517,4 +514,38 @@ fn progress_line(elapsed: Duration, phase: &str, replicas: &[Replica]) -> String
         phase,
         states.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusebox_classify::error::{
+        BudgetExhausted, CircuitOpen, DeadlineExceeded, Elapsed, Overloaded, TowerElapsed,
+        TowerOverloaded,
+    };
+
+    #[test]
+    fn what_the_caller_got_comes_from_the_error_chain() {
+        let open = CircuitOpen::new("b".into(), None, Duration::ZERO, false);
+        assert_eq!(outcome_of_error(&open), CallOutcome::RejectedBreaker);
+        let over = Overloaded::new(1, Duration::ZERO);
+        assert_eq!(outcome_of_error(&over), CallOutcome::RejectedLimit);
+        let elapsed = Elapsed::new("r".into(), Duration::ZERO);
+        assert_eq!(outcome_of_error(&elapsed), CallOutcome::Timeout);
+        // A deadline spent before sending is a timeout, not a connection error.
+        assert_eq!(
+            outcome_of_error(&DeadlineExceeded::new()),
+            CallOutcome::Timeout
+        );
+        // tower's own timeout and load shedding mean what fusebox's do.
+        assert_eq!(outcome_of_error(&TowerElapsed::new()), CallOutcome::Timeout);
+        assert_eq!(
+            outcome_of_error(&TowerOverloaded::new()),
+            CallOutcome::RejectedLimit
+        );
+        let exhausted = BudgetExhausted::new(Box::new(TowerOverloaded::new()));
+        assert_eq!(outcome_of_error(&exhausted), CallOutcome::RejectedLimit);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(outcome_of_error(&reset), CallOutcome::ConnectionError);
+    }
 }

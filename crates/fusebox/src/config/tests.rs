@@ -69,8 +69,8 @@ fn check_example(file: &PolicyFile) {
     );
     let retry = fraud.retry_config().unwrap();
     assert_eq!(
-        (retry.max_attempts(), retry.retry_ratio_permille()),
-        (3, 100)
+        (retry.max_attempts(), retry.retry_ratio_billionths()),
+        (3, 100_000_000)
     );
     assert_eq!(retry.name(), "fraud-eu");
     let breaker = fraud.breaker_handle().unwrap();

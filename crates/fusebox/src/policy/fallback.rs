@@ -10,6 +10,8 @@
 //! Every fallback served is counted: `fusebox_policy_fallbacks_total{policy, reason}`.
 
 use bytes::Bytes;
+use fusebox_classify::ErrorKind;
+#[cfg(doc)]
 use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
 use http::{Method, Response};
 use metrics::Counter;
@@ -44,23 +46,21 @@ impl FallbackReason {
         }
     }
 
-    /// The reason for an error: the first of fusebox's rejections in its `source()` chain,
-    /// else [`Other`](FallbackReason::Other).
+    /// The reason for an error: the first of fusebox's rejections in its `source()` chain
+    /// ([`ErrorKind::of`]; tower's `load_shed` and `timeout` errors count as
+    /// [`Overloaded`](FallbackReason::Overloaded) and [`Elapsed`](FallbackReason::Elapsed)),
+    /// else [`Other`](FallbackReason::Other). A spent retry budget is judged by the last
+    /// attempt's error.
     pub fn of(error: &(dyn Error + 'static)) -> FallbackReason {
-        let mut next = Some(error);
-        while let Some(err) = next {
-            if err.is::<CircuitOpen>() {
-                return FallbackReason::CircuitOpen;
+        match ErrorKind::of(error) {
+            ErrorKind::CircuitOpen(_) => FallbackReason::CircuitOpen,
+            ErrorKind::Overloaded(_) | ErrorKind::TowerOverloaded(_) => FallbackReason::Overloaded,
+            ErrorKind::Elapsed(_) | ErrorKind::TowerElapsed(_) => FallbackReason::Elapsed,
+            ErrorKind::BudgetExhausted(exhausted) => FallbackReason::of(exhausted.last()),
+            ErrorKind::DeadlineExceeded(_) | ErrorKind::Io(_) | ErrorKind::Other => {
+                FallbackReason::Other
             }
-            if err.is::<Overloaded>() {
-                return FallbackReason::Overloaded;
-            }
-            if err.is::<Elapsed>() {
-                return FallbackReason::Elapsed;
-            }
-            next = err.source();
         }
-        FallbackReason::Other
     }
 
     fn index(self) -> usize {
@@ -268,6 +268,9 @@ impl Armed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fusebox_classify::error::{
+        BudgetExhausted, CircuitOpen, Elapsed, Overloaded, TowerElapsed, TowerOverloaded,
+    };
     use std::time::Duration;
 
     #[test]
@@ -280,6 +283,13 @@ mod tests {
         assert_eq!(FallbackReason::of(&elapsed), FallbackReason::Elapsed);
         let io = std::io::Error::other("boom");
         assert_eq!(FallbackReason::of(&io), FallbackReason::Other);
+        // tower's own timeout and load shedding mean what fusebox's do.
+        let tower = TowerElapsed::new();
+        assert_eq!(FallbackReason::of(&tower), FallbackReason::Elapsed);
+        let tower = TowerOverloaded::new();
+        assert_eq!(FallbackReason::of(&tower), FallbackReason::Overloaded);
+        let exhausted = BudgetExhausted::new(Box::new(TowerElapsed::new()));
+        assert_eq!(FallbackReason::of(&exhausted), FallbackReason::Elapsed);
     }
 
     #[test]

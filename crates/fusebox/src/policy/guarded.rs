@@ -435,7 +435,7 @@ where
             Ok(if limit.is_none() && breaker.is_none() {
                 response.map(ClassifiedBody::passthrough)
             } else {
-                response.map(|body| ClassifiedBody::new(body, End { limit, breaker }))
+                ClassifiedBody::for_response(response, End { limit, breaker })
             })
         }
         Err(error) => {

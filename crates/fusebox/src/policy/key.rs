@@ -1,8 +1,8 @@
 //! Which breaker a call belongs to, when a policy keeps one breaker per key.
 
-use fusebox_breaker::{KeyFn, RequestHead};
+use fusebox_breaker::{KeyFn, RequestHead, host_key};
 use fusebox_classify::RouteId;
-use smol_str::{SmolStr, StrExt};
+use smol_str::SmolStr;
 use std::fmt;
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ impl BreakerKey {
     /// The key [`KeyBy::Host`] or [`KeyBy::Authority`] gives a request for `host` (a host,
     /// or `host:port`): for looking up that host's breaker.
     pub fn host(host: impl AsRef<str>) -> Self {
-        BreakerKey::Host(host.as_ref().to_ascii_lowercase_smolstr())
+        BreakerKey::Host(host_key(host.as_ref()))
     }
 }
 

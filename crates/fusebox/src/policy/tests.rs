@@ -362,6 +362,34 @@ async fn host_keys_are_lower_case_hosts_short_or_long() {
 }
 
 #[tokio::test]
+async fn host_keys_from_host_headers_keep_ipv6_addresses_apart() {
+    let policy = Policy::builder("p")
+        .circuit_breaker(CircuitBreakerConfig::builder("p"))
+        .breaker_key(KeyBy::Host)
+        .build()
+        .unwrap();
+    let ok =
+        service_fn(|_: Req| async { Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())) });
+    let svc = policy.layer(ok);
+    for host in [
+        "[2001:db8::1]:8080",
+        "[2001:db8::1]",
+        "[2001:db8::2]:8080",
+        "[2001:db8::2]",
+    ] {
+        let request = Request::get("/")
+            .header("host", host)
+            .body(Empty::new())
+            .unwrap();
+        svc.clone().oneshot(request).await.unwrap();
+    }
+    let handle = policy.keyed_breaker_handle().unwrap();
+    assert!(handle.get(&BreakerKey::host("[2001:db8::1]")).is_some());
+    assert!(handle.get(&BreakerKey::host("[2001:db8::2]")).is_some());
+    assert_eq!(handle.len(), 2, "one breaker per address");
+}
+
+#[tokio::test]
 async fn every_layer_runs_and_counts_one_call() {
     let calls = std::sync::Arc::new(AtomicUsize::new(0));
     let counter = calls.clone();
