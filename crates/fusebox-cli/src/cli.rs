@@ -139,6 +139,10 @@ pub struct DrillArgs {
     /// Where to write report.json and chart.svg [default: ./fusebox-drill-SCENARIO].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Also write the report as JSON to this file; `-` writes it to standard output, and
+    /// everything else the drill prints then goes to standard error.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Run on virtual time: the same sockets and layers, but the clock jumps over idle
     /// waits, so the drill takes a fraction of its length (for CI and quick looks).
     #[arg(long)]
@@ -172,7 +176,8 @@ pub struct ReplayArgs {
     /// The calls file's format [default: from the extension, else from the content].
     #[arg(long, value_enum)]
     pub format: Option<CallsFormat>,
-    /// Also write the full report as JSON to this file.
+    /// Also write the full report as JSON to this file; `-` writes it to standard output,
+    /// and the text report then goes to standard error.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Transitions listed per breaker.
@@ -269,6 +274,38 @@ impl From<Vec<InputError>> for Failure {
 fn stdout_line(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
+}
+
+fn stderr_line(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+/// Where `--json` writes: a file, or standard output (`-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum JsonTo {
+    File(PathBuf),
+    Stdout,
+}
+
+impl JsonTo {
+    fn of(path: Option<&Path>) -> Option<JsonTo> {
+        path.map(|p| {
+            if p == Path::new("-") {
+                JsonTo::Stdout
+            } else {
+                JsonTo::File(p.to_owned())
+            }
+        })
+    }
+
+    /// Where the text output goes: standard error when the JSON has standard output.
+    fn say(to: Option<&JsonTo>) -> fn(&str) {
+        match to {
+            Some(JsonTo::Stdout) => stderr_line,
+            _ => stdout_line,
+        }
+    }
 }
 
 /// Runs a parsed command line: output to stdout, problems to stderr; returns the exit code.
@@ -381,7 +418,9 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
             .build()
     }
     .map_err(|e| Failure::Failed(format!("cannot start the runtime: {e}")))?;
-    let out: Out = Arc::new(stdout_line);
+    let json = JsonTo::of(a.json.as_deref());
+    let say = JsonTo::say(json.as_ref());
+    let out: Out = Arc::new(say);
     let report = runtime.block_on(async {
         tokio::select! {
             r = drill::run(&scenario, &options, out) => Some(r),
@@ -395,8 +434,11 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
         Some(Err(e)) => return Err(Failure::Failed(e.to_string())),
         Some(Ok(r)) => r,
     };
-    stdout_line(&drill::report::render_summary(&report));
-    write_reports(&report, &out_dir)?;
+    say(&drill::report::render_summary(&report));
+    write_reports_to(&report, &out_dir, say)?;
+    if let Some(to) = &json {
+        write_json(to, &report, say)?;
+    }
     if report.passed {
         Ok(())
     } else {
@@ -409,6 +451,15 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
 
 /// Writes `report.json` and `chart.svg` into `dir`.
 pub fn write_reports(report: &drill::report::DrillReport, dir: &Path) -> Result<(), Failure> {
+    write_reports_to(report, dir, stdout_line)
+}
+
+/// [`write_reports`], saying where they are with `say`.
+fn write_reports_to(
+    report: &drill::report::DrillReport,
+    dir: &Path,
+    say: fn(&str),
+) -> Result<(), Failure> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Failure::Failed(format!("cannot create {}: {e}", dir.display())))?;
     let json = serde_json::to_string_pretty(report)
@@ -418,7 +469,7 @@ pub fn write_reports(report: &drill::report::DrillReport, dir: &Path) -> Result<
         .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", json_path.display())))?;
     std::fs::write(&svg_path, crate::chart::render(report))
         .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", svg_path.display())))?;
-    stdout_line(&format!(
+    say(&format!(
         "report: {}\nchart:  {}",
         json_path.display(),
         svg_path.display()
@@ -442,6 +493,8 @@ fn run_replay(a: ReplayArgs) -> Result<(), Failure> {
             CallsFormat::Jsonl => Format::JsonLines,
         }),
     };
+    let json = JsonTo::of(a.json.as_deref());
+    let say = JsonTo::say(json.as_ref());
     let started = tokio::time::Instant::now();
     if a.sweep {
         let options = SweepOptions {
@@ -459,40 +512,51 @@ fn run_replay(a: ReplayArgs) -> Result<(), Failure> {
             threads: a.threads,
         };
         let report = sweep(&policies, &file, &data, &options)?;
-        stdout_line(&render_sweep(&report));
+        say(&render_sweep(&report));
         let elapsed = started.elapsed().as_secs_f64();
-        stdout_line(&format!(
+        say(&format!(
             "replayed {} calls × {} settings in {elapsed:.2} s",
             thousands(report.policy_calls),
             report.rows.len()
         ));
-        if let Some(path) = &a.json {
-            write_json(path, &report)?;
+        if let Some(to) = &json {
+            write_json(to, &report, say)?;
         }
         return Ok(());
     }
     let report = replay(&policies, &file, &data, &options)?;
     let elapsed = started.elapsed().as_secs_f64();
-    stdout_line(&format!(
+    say(&format!(
         "replay of {file} through {} ({:.2} s, {:.1} M calls/s)",
         a.config.display(),
         elapsed,
         report.calls as f64 / elapsed.max(1e-9) / 1e6
     ));
-    stdout_line(&render_report(&report, a.max_events));
-    if let Some(path) = &a.json {
-        write_json(path, &report)?;
+    say(&render_report(&report, a.max_events));
+    if let Some(to) = &json {
+        write_json(to, &report, say)?;
     }
     Ok(())
 }
 
-fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), Failure> {
+/// Writes `value` as JSON where `--json` said; `say` tells where a file went.
+fn write_json(to: &JsonTo, value: &impl serde::Serialize, say: fn(&str)) -> Result<(), Failure> {
     let json = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::Failed(format!("cannot write the report: {e}")))?;
-    std::fs::write(path, json)
-        .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
-    stdout_line(&format!("report: {}", path.display()));
-    Ok(())
+    match to {
+        JsonTo::Stdout => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{json}")
+                .and_then(|()| out.flush())
+                .map_err(|e| Failure::Failed(format!("cannot write to standard output: {e}")))
+        }
+        JsonTo::File(path) => {
+            std::fs::write(path, json)
+                .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
+            say(&format!("report: {}", path.display()));
+            Ok(())
+        }
+    }
 }
 
 fn run_check(a: CheckArgs) -> Result<(), Failure> {

@@ -1,9 +1,14 @@
 //! The JSON-lines side of the reader: a one-pass path for flat lines as serializers write
 //! them, read in place, and the full JSON parser for every other line.
+//!
+//! Errors are placed at the value they are about (inside its quotes, for a string); a
+//! line that lacks a field, at its opening brace; invalid JSON, where the parser stopped.
 
 use super::number::{Decimal, decimal};
 use super::time::MinuteCache;
 use super::{Bad, CallReader, Column, RawCall};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 impl<'a> CallReader<'a> {
     pub(super) fn json_line(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, Bad> {
@@ -29,10 +34,11 @@ impl<'a> CallReader<'a> {
     /// strings are crossed eight bytes at a time.
     #[inline]
     pub(super) fn json_fast(&mut self, s: &'a [u8]) -> Result<Option<(RawCall<'a>, usize)>, Bad> {
+        self.cur = s;
         let mut p = JsonCursor { s, i: 0 };
         p.ws();
         if !p.eat(b'{') {
-            return Err(self.bad("expected a JSON object ({...}) on each line"));
+            return Err(self.bad_at(&s[p.i..], "expected a JSON object ({...}) on each line"));
         }
         let mut fields = JsonFields::default();
         p.ws();
@@ -150,79 +156,166 @@ impl<'a> CallReader<'a> {
         }
     }
 
-    /// The error for a line without some of the fields every call needs.
+    /// The error for a line without some of the fields every call needs: at the
+    /// object's opening brace.
     #[cold]
     fn missing(&self, fields: [(bool, &str); 4]) -> Bad {
         let missing: Vec<&str> = fields.iter().filter(|m| m.0).map(|m| m.1).collect();
-        self.bad(format!("missing {}", missing.join(", ")))
+        let brace = self.cur.iter().position(|&b| b == b'{').unwrap_or(0);
+        self.bad_at(
+            &self.cur[brace..],
+            format!("missing {}", missing.join(", ")),
+        )
     }
 
-    /// Lines the fast path declines: parsed fully. The route must then be a plain string
-    /// of the file (escaped routes are rejected: route keys never need escapes).
+    /// Lines the fast path declines: parsed fully, and read in line order. The route
+    /// must then be a plain string of the file (escaped routes are rejected: route keys
+    /// never need escapes).
     #[cold]
-    fn json_slow(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, Bad> {
-        let value: serde_json::Value =
-            serde_json::from_slice(line).map_err(|e| self.bad(format!("invalid JSON: {e}")))?;
-        let Some(object) = value.as_object() else {
-            return Err(self.bad("expected a JSON object ({...}) on each line"));
-        };
-        let text = |v: &serde_json::Value| match v {
-            serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        };
+    pub(super) fn json_slow(&mut self, line: &'a [u8]) -> Result<RawCall<'a>, Bad> {
+        self.cur = line;
+        let entries = entries(line).map_err(|e| self.invalid(line, &e))?;
         let mut fields = JsonFields::default();
         let mut error = None;
-        for (key, v) in object {
-            let Some(t) = text(v) else {
-                if v.is_null() {
-                    continue;
-                }
-                if matches!(
-                    key.as_str(),
-                    "timestamp" | "route" | "status" | "error" | "latency_ms" | "latency"
-                ) {
-                    return Err(self.bad(format!("{key} must be a string or a number")));
-                }
+        for (key, raw) in entries {
+            let column = key_column(&key);
+            if column == Column::Other {
                 continue;
+            }
+            let place = value_place(raw);
+            let value: serde_json::Value = serde_json::from_str(raw.get())
+                .map_err(|e| self.bad_at(place, format!("invalid JSON: {}", message(&e))))?;
+            let text = match value {
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Number(n) => n.to_string(),
+                // Null reads as an absent field.
+                serde_json::Value::Null => continue,
+                _ => {
+                    return Err(self.bad_at(place, format!("{key} must be a string or a number")));
+                }
             };
-            let t = t.as_bytes();
-            match key.as_str() {
-                "timestamp" | "ts" | "time" | "start" => fields.at = Some(self.timestamp(t)?),
-                // Borrow the route from the line: find it as written.
-                "route" if t.is_empty() => fields.route = Some(&line[..0]),
-                "route" => {
-                    fields.route = Some(find_in(line, t).ok_or_else(|| {
-                        self.bad("the route contains JSON escapes; write it plainly")
-                    })?);
+            let t = text.as_bytes();
+            // The text was unescaped, so errors about it are placed at the value.
+            let column_here = self.column_of(place);
+            let here = move |e: Bad| Box::new(e.with_column(column_here));
+            match column {
+                Column::Timestamp => fields.at = Some(self.timestamp(t).map_err(here)?),
+                Column::Route => fields.route = Some(self.plain_route(raw, place)?),
+                Column::Status => fields.status = Some(self.result(t).map_err(here)?),
+                Column::Error => error = Some((t.to_vec(), place)),
+                Column::Latency(unit) => {
+                    fields.latency = Some(self.latency(t, unit).map_err(here)?)
                 }
-                "status" | "outcome" | "result" => fields.status = Some(self.result(t)?),
-                "error" | "error_kind" => error = Some(t.to_vec()),
-                "latency_ms" | "duration_ms" | "latency" | "duration" => {
-                    fields.latency = Some(self.latency(t, 1_000_000)?)
-                }
-                "latency_us" | "duration_us" => fields.latency = Some(self.latency(t, 1_000)?),
-                "latency_ns" | "duration_ns" => fields.latency = Some(self.latency(t, 1)?),
-                "latency_s" | "duration_s" => {
-                    fields.latency = Some(self.latency(t, 1_000_000_000)?)
-                }
-                _ => {}
+                Column::Other => {}
             }
         }
-        if let (None, Some(e)) = (fields.status, error) {
-            fields.status = Some(self.result(&e)?);
+        if let (None, Some((e, place))) = (fields.status, error) {
+            let column_here = self.column_of(place);
+            let here = move |e: Bad| Box::new(e.with_column(column_here));
+            fields.status = Some(self.result(&e).map_err(here)?);
         }
         self.complete(fields)
     }
+
+    /// The route as the file writes it: a string without escapes (its text, borrowed
+    /// from the line), or a number.
+    #[cold]
+    fn plain_route(&self, raw: &'a RawValue, place: &'a [u8]) -> Result<&'a [u8], Bad> {
+        let written = raw.get().as_bytes();
+        match written.first() {
+            Some(b'"') if !written.contains(&b'\\') => Ok(&written[1..written.len() - 1]),
+            Some(b'"') => {
+                Err(self.bad_at(place, "the route contains JSON escapes; write it plainly"))
+            }
+            _ => Ok(written),
+        }
+    }
+
+    /// Invalid JSON, placed where the parser stopped (a line that is JSON but not an
+    /// object, at its start).
+    #[cold]
+    fn invalid(&self, line: &'a [u8], e: &serde_json::Error) -> Bad {
+        if e.is_data() {
+            let start = line
+                .iter()
+                .position(|b| !b.is_ascii_whitespace())
+                .unwrap_or(0);
+            return self.bad_at(
+                &line[start..],
+                "expected a JSON object ({...}) on each line",
+            );
+        }
+        // The parser counts bytes from 1, at the byte it stopped at.
+        let offset = e.column().saturating_sub(1).min(line.len());
+        self.bad_at(&line[offset..], format!("invalid JSON: {}", message(e)))
+    }
 }
 
-fn find_in<'a>(hay: &'a [u8], needle: &[u8]) -> Option<&'a [u8]> {
-    if needle.is_empty() {
-        return None;
+/// A JSON parser's message without its position (the error carries the line and column).
+fn message(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&position) {
+        Some(message) => message.to_owned(),
+        None => text,
     }
-    hay.windows(needle.len())
-        .position(|w| w == needle)
-        .map(|p| &hay[p..p + needle.len()])
+}
+
+/// The keys and values of the JSON object `line` holds, in line order, each value as it
+/// is written there.
+pub(super) fn entries(line: &[u8]) -> Result<Vec<(String, &RawValue)>, serde_json::Error> {
+    /// An object's entries, borrowed from the text.
+    struct Entries<'a>(Vec<(String, &'a RawValue)>);
+
+    impl<'de> Deserialize<'de> for Entries<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Object;
+
+            impl<'de> Visitor<'de> for Object {
+                type Value = Entries<'de>;
+
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+
+                fn visit_map<A: MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Entries<'de>, A::Error> {
+                    let mut entries = Vec::new();
+                    while let Some(entry) = map.next_entry::<String, &'de RawValue>()? {
+                        entries.push(entry);
+                    }
+                    Ok(Entries(entries))
+                }
+            }
+
+            d.deserialize_map(Object)
+        }
+    }
+
+    serde_json::from_slice::<Entries<'_>>(line).map(|e| e.0)
+}
+
+/// The field a JSON key names.
+pub(super) fn key_column(key: &str) -> Column {
+    match key {
+        "timestamp" | "ts" | "time" | "start" => Column::Timestamp,
+        "route" => Column::Route,
+        "status" | "outcome" | "result" => Column::Status,
+        "error" | "error_kind" => Column::Error,
+        "latency_ms" | "duration_ms" | "latency" | "duration" => Column::Latency(1_000_000),
+        "latency_us" | "duration_us" => Column::Latency(1_000),
+        "latency_ns" | "duration_ns" => Column::Latency(1),
+        "latency_s" | "duration_s" => Column::Latency(1_000_000_000),
+        _ => Column::Other,
+    }
+}
+
+/// Where a value's text starts: inside its quotes, for a string.
+pub(super) fn value_place(raw: &RawValue) -> &[u8] {
+    let written = raw.get().as_bytes();
+    written.strip_prefix(b"\"").unwrap_or(written)
 }
 
 /// What a JSON line said, as it is read.
@@ -574,12 +667,12 @@ mod tests {
         assert!(
             fast_as_slow(r#"{"ts":1,"route":"/a","error":"bogus","latency":1}"#)
                 .unwrap_err()
-                .starts_with("c.jsonl:0:1: bad status \"bogus\"")
+                .starts_with("c.jsonl:0:31: bad status \"bogus\"")
         );
         assert!(
             fast_as_slow(r#"{"ts":1,"route":"/a","status":200.0,"latency":1}"#)
                 .unwrap_err()
-                .starts_with("c.jsonl:0:1: bad status \"200.0\"")
+                .starts_with("c.jsonl:0:31: bad status \"200.0\"")
         );
         // Escapes in keys or values, nested values, numbers with a sign or an exponent
         // and invalid JSON go to the full parser.
@@ -630,7 +723,7 @@ mod tests {
         assert!(
             all("c.jsonl", "{\"ts\":1,\"route\":\"/a\",\"status\":200,\"latency\":1}\n\n{\"ts\":\"x\",\"route\":\"/a\",\"status\":200,\"latency\":1}\n")
                 .unwrap_err()
-                .starts_with("c.jsonl:3:1: bad timestamp \"x\"")
+                .starts_with("c.jsonl:3:8: bad timestamp \"x\"")
         );
         // An object does not run on past its line, and a line with more is read whole.
         assert!(
@@ -639,7 +732,7 @@ mod tests {
                 "{\"ts\":1,\"route\":\"/a\",\n\"status\":200,\"latency\":1}\n"
             )
             .unwrap_err()
-            .starts_with("c.jsonl:1:1: invalid JSON")
+            .starts_with("c.jsonl:1:21: invalid JSON")
         );
         assert!(
             all(
@@ -647,7 +740,7 @@ mod tests {
                 "{\"ts\":1,\"route\":\"/a\",\"status\":200,\"latency\":1} {}\n"
             )
             .unwrap_err()
-            .starts_with("c.jsonl:1:1: invalid JSON")
+            .starts_with("c.jsonl:1:48: invalid JSON: trailing characters")
         );
     }
 
@@ -696,7 +789,7 @@ mod tests {
         for ((ts, why), text) in bad.iter().zip(&texts[good.len()..]) {
             let err = r.json_fast(text.as_bytes()).unwrap_err().to_string();
             assert!(
-                err.starts_with(&format!("c.jsonl:0:1: bad timestamp {ts:?}: {why}")),
+                err.starts_with(&format!("c.jsonl:0:15: bad timestamp {ts:?}: {why}")),
                 "{err}"
             );
         }

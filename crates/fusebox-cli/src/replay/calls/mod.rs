@@ -54,12 +54,12 @@ mod number;
 mod time;
 
 pub(crate) use codes::{ERROR_BASE, ERROR_KINDS, GRPC_BASE, RESULT_CODES, parse_result};
-use number::parse_latency;
+use number::{latency_problem, parse_latency};
 pub use time::format_rfc3339;
+pub(crate) use time::{LATEST, TOO_LATE, parse_rfc3339, parse_seconds};
 use time::{MinuteCache, rfc3339_parts};
-pub(crate) use time::{parse_rfc3339, parse_seconds};
 
-use crate::input::InputError;
+use crate::input::{BOM, InputError, chars, saturating_u32};
 
 /// A parse error on its way out (boxed: see [`CallReader::bad`]).
 type Bad = Box<InputError>;
@@ -84,7 +84,8 @@ pub enum Format {
 }
 
 impl Format {
-    /// From the file's extension, else from its first meaningful character.
+    /// From the file's extension, else from its first meaningful character (after a
+    /// byte-order mark, if any).
     pub fn detect(path: &str, data: &[u8]) -> Format {
         let lower = path.to_ascii_lowercase();
         if lower.ends_with(".jsonl") || lower.ends_with(".ndjson") || lower.ends_with(".json") {
@@ -93,6 +94,7 @@ impl Format {
         if lower.ends_with(".csv") {
             return Format::Csv;
         }
+        let data = data.strip_prefix(BOM.as_bytes()).unwrap_or(data);
         match data.iter().find(|b| !b.is_ascii_whitespace()) {
             Some(b'{') => Format::JsonLines,
             _ => Format::Csv,
@@ -143,6 +145,9 @@ pub struct CallReader<'a> {
     data: &'a [u8],
     pos: usize,
     line: u32,
+    /// The current line from its first byte (and, on the JSON path that reads a line from
+    /// the rest of the file, what follows it): columns are counted from its start.
+    cur: &'a [u8],
     format: Format,
     columns: Vec<Column>,
     header_done: bool,
@@ -151,13 +156,19 @@ pub struct CallReader<'a> {
     minute: MinuteCache,
 }
 impl<'a> CallReader<'a> {
-    /// A reader of `data`, which came from `file`.
+    /// A reader of `data`, which came from `file`. A byte-order mark at the start of
+    /// `data` is skipped.
     pub fn new(file: &'a str, data: &'a [u8], format: Format) -> Self {
         CallReader {
             file,
             data,
-            pos: 0,
+            pos: if data.starts_with(BOM.as_bytes()) {
+                BOM.len()
+            } else {
+                0
+            },
             line: 0,
+            cur: &data[..0],
             format,
             columns: vec![
                 Column::Timestamp,
@@ -187,16 +198,35 @@ impl<'a> CallReader<'a> {
         self.style.unwrap_or_default()
     }
 
-    /// An error at the current line.
+    /// An error about the current line as a whole (at its first column).
     pub fn error(&self, reason: impl Into<String>) -> InputError {
         InputError::at(self.file, self.line, 1, reason)
     }
 
-    /// The same, boxed: the parsing functions return it through every field of every
-    /// line, and a small `Result` is cheaper to move than a large one.
+    /// An error at `part` of the current line — a field, or the route of the call last
+    /// returned: at the column where `part` starts (characters, 1-based). A slice from
+    /// anywhere else is placed at column 1.
+    pub fn error_at(&self, part: &[u8], reason: impl Into<String>) -> InputError {
+        InputError::at(self.file, self.line, self.column_of(part), reason)
+    }
+
+    /// The column where `part` starts, if it is a slice of the current line; else 1.
     #[cold]
-    fn bad(&self, reason: impl Into<String>) -> Bad {
-        Box::new(self.error(reason))
+    fn column_of(&self, part: &[u8]) -> u32 {
+        let start = self.cur.as_ptr().addr();
+        match part.as_ptr().addr().checked_sub(start) {
+            Some(offset) if offset <= self.cur.len() => {
+                saturating_u32(chars(&self.cur[..offset]).saturating_add(1))
+            }
+            _ => 1,
+        }
+    }
+
+    /// [`error_at`](Self::error_at), boxed: the parsing functions return it through every
+    /// field of every line, and a small `Result` is cheaper to move than a large one.
+    #[cold]
+    fn bad_at(&self, part: &[u8], reason: impl Into<String>) -> Bad {
+        Box::new(self.error_at(part, reason))
     }
 
     /// The next call, `None` at the end.
@@ -205,6 +235,9 @@ impl<'a> CallReader<'a> {
         loop {
             if self.pos >= self.data.len() {
                 return Ok(None);
+            }
+            if self.line == u32::MAX {
+                return Err(self.too_long());
             }
             let rest = &self.data[self.pos..];
             // A JSON line that opens its object at once is read straight from the rest of
@@ -243,19 +276,77 @@ impl<'a> CallReader<'a> {
         }
     }
 
-    /// `call`, if it starts no earlier than the one before it.
+    #[cold]
+    fn too_long(&self) -> InputError {
+        InputError::in_file(
+            self.file,
+            format!("the file has more than {} lines", u32::MAX),
+        )
+    }
+
+    /// `call`, if it starts no earlier than the one before it and ends at a time a
+    /// replay can count (nanoseconds since the epoch in 64 bits: up to
+    /// [`LATEST`]).
     #[inline]
     fn in_order(&mut self, call: RawCall<'a>) -> Result<Option<RawCall<'a>>, InputError> {
         if call.at < self.last_at {
-            return Err(self.error(format!(
-                "timestamps go backwards: this call starts {} before the one above it; sort the file by timestamp",
-                crate::config::fmt_duration(std::time::Duration::from_nanos(
-                    self.last_at - call.at
-                ))
-            )));
+            return Err(self.backwards(call.at));
+        }
+        if call.at.checked_add(call.latency).is_none() {
+            return Err(self.ends_too_late(call.latency));
         }
         self.last_at = call.at;
         Ok(Some(call))
+    }
+
+    #[cold]
+    fn backwards(&self, at: u64) -> InputError {
+        let reason = format!(
+            "timestamps go backwards: this call starts {} before the one above it; sort the file by timestamp",
+            crate::config::fmt_duration(std::time::Duration::from_nanos(self.last_at - at))
+        );
+        match self.place_of(|c| c == Column::Timestamp) {
+            Some(place) => self.error_at(place, reason),
+            None => self.error(reason),
+        }
+    }
+
+    #[cold]
+    fn ends_too_late(&self, latency: u64) -> InputError {
+        let place = self.place_of(|c| matches!(c, Column::Latency(_)));
+        let reason = format!(
+            "bad latency {:?}: the call would end after {LATEST}, the latest time a replay can count",
+            place.map_or_else(
+                || format!("{latency}ns"),
+                |p| String::from_utf8_lossy(p).into_owned()
+            )
+        );
+        match place {
+            Some(place) => self.error_at(place, reason),
+            None => self.error(reason),
+        }
+    }
+
+    /// Where the current line writes the field `wanted` picks (its last one, as the
+    /// reading takes the last), found again for an error about the call as a whole.
+    #[cold]
+    fn place_of(&self, wanted: impl Fn(Column) -> bool) -> Option<&'a [u8]> {
+        let cur = self.cur;
+        let line = trim_cr(&cur[..memchr::memchr(b'\n', cur).unwrap_or(cur.len())]);
+        match self.format {
+            Format::Csv => csv::fields(line)
+                .zip(&self.columns)
+                .filter(|(_, c)| wanted(**c))
+                .filter_map(|(f, _)| f.ok())
+                .last()
+                .map(trim),
+            Format::JsonLines => json::entries(line)
+                .ok()?
+                .into_iter()
+                .filter(|(key, _)| wanted(json::key_column(key)))
+                .last()
+                .map(|(_, raw)| json::value_place(raw)),
+        }
     }
 
     // Always inlined: called once per line, and outlined (as the reading loop grew) the
@@ -273,13 +364,13 @@ impl<'a> CallReader<'a> {
             })
         } else {
             self.note_style(TimeStyle::Seconds);
-            parse_seconds(s).ok_or("expected RFC 3339 or seconds since the epoch")
+            parse_seconds(s)
         };
         parsed.map_err(|why| {
-            self.bad(format!(
-                "bad timestamp {:?}: {why}",
-                String::from_utf8_lossy(s)
-            ))
+            self.bad_at(
+                s,
+                format!("bad timestamp {:?}: {why}", String::from_utf8_lossy(s)),
+            )
         })
     }
 
@@ -293,21 +384,28 @@ impl<'a> CallReader<'a> {
     #[inline]
     fn latency(&self, s: &[u8], unit_ns: u64) -> Result<u64, Bad> {
         parse_latency(s, unit_ns).ok_or_else(|| {
-            self.bad(format!(
-                "bad latency {:?}: expected a number of milliseconds (or with a unit: 12ms, 1.5s, 800us)",
-                String::from_utf8_lossy(s)
-            ))
+            self.bad_at(
+                s,
+                format!(
+                    "bad latency {:?}: {}",
+                    String::from_utf8_lossy(s),
+                    latency_problem(s)
+                ),
+            )
         })
     }
 
     #[inline]
     fn result(&self, s: &[u8]) -> Result<u16, Bad> {
         parse_result(s).ok_or_else(|| {
-            self.bad(format!(
-                "bad status {:?}: expected an HTTP status (100-999), grpc:CODE, or one of: {}",
-                String::from_utf8_lossy(s),
-                ERROR_KINDS.map(|k| k.0).join(", ")
-            ))
+            self.bad_at(
+                s,
+                format!(
+                    "bad status {:?}: expected an HTTP status (100-999), grpc:CODE, or one of: {}",
+                    String::from_utf8_lossy(s),
+                    ERROR_KINDS.map(|k| k.0).join(", ")
+                ),
+            )
         })
     }
 }
@@ -453,14 +551,14 @@ mod tests {
         );
         assert_eq!(
             e("c.csv", "1,/a,200\n"),
-            "c.csv:1:1: too few fields: expected 4, got 3"
+            "c.csv:1:9: too few fields: expected 4, got 3"
         );
         assert_eq!(
             e("c.csv", "1,/a,200,5,6\n"),
-            "c.csv:1:1: too many fields: expected 4"
+            "c.csv:1:12: too many fields: expected 4"
         );
-        assert!(e("c.csv", "1,/a,teapot,5\n").starts_with("c.csv:1:1: bad status \"teapot\""));
-        assert!(e("c.csv", "1,/a,200,fast\n").starts_with("c.csv:1:1: bad latency \"fast\""));
+        assert!(e("c.csv", "1,/a,teapot,5\n").starts_with("c.csv:1:6: bad status \"teapot\""));
+        assert!(e("c.csv", "1,/a,200,fast\n").starts_with("c.csv:1:10: bad latency \"fast\""));
         assert_eq!(
             e("c.csv", "2,/a,200,5\n1,/a,200,5\n"),
             "c.csv:2:1: timestamps go backwards: this call starts 1s before the one above it; sort the file by timestamp"
@@ -470,7 +568,7 @@ mod tests {
             "c.csv:1:1: the header lacks the column status (expected timestamp, route, status, latency_ms)"
         );
         assert!(
-            e("c.jsonl", "{\"ts\":1,\"route\":\"/a\"\n").starts_with("c.jsonl:1:1: invalid JSON")
+            e("c.jsonl", "{\"ts\":1,\"route\":\"/a\"\n").starts_with("c.jsonl:1:20: invalid JSON")
         );
         assert_eq!(
             e("c.jsonl", "{\"ts\":1,\"route\":\"/a\",\"status\":200}\n"),
@@ -479,6 +577,170 @@ mod tests {
         assert_eq!(
             e("c.jsonl", "[1]\n"),
             "c.jsonl:1:1: expected a JSON object ({...}) on each line"
+        );
+    }
+
+    #[test]
+    fn errors_carry_the_column_of_their_field() {
+        // Columns count characters from 1, past a byte-order mark; a CSV field's column
+        // is its text's (inside quotes, after spaces); a JSON value's likewise, on the
+        // fast path and through the full parser.
+        let cases = [
+            (
+                "c.csv",
+                "ts,route,status,latency_ms\n1,/\u{e9},200,fast\n",
+                "c.csv:2:10: bad latency \"fast\": expected a number",
+            ),
+            (
+                "c.csv",
+                "1,\"/a\",\"teapot\",5\n",
+                "c.csv:1:9: bad status \"teapot\"",
+            ),
+            (
+                "c.csv",
+                "1, /a ,200, 5x\n",
+                "c.csv:1:13: bad latency \"5x\"",
+            ),
+            (
+                "c.csv",
+                "1,\"/a,200,5\n",
+                "c.csv:1:3: a quoted field has no closing quote",
+            ),
+            (
+                "c.csv",
+                "1,\"/a\"x,200,5\n",
+                "c.csv:1:7: a closing quote must end its field",
+            ),
+            ("c.csv", "1,,200,5\n", "c.csv:1:3: the route is empty"),
+            (
+                "c.csv",
+                "ts,route,status,error,latency_ms\n1,/a,,,5\n",
+                "c.csv:2:6: no status or error kind",
+            ),
+            (
+                "c.csv",
+                "latency_ms,route,status,ts\n5,/a,200,2\n5,/a,200,1\n",
+                "c.csv:3:10: timestamps go backwards",
+            ),
+            (
+                "c.csv",
+                "\u{feff}1,/a,2000,5\n",
+                "c.csv:1:6: bad status \"2000\"",
+            ),
+            (
+                "c.jsonl",
+                "{\"ts\":2,\"route\":\"/a\",\"status\":200,\"latency\":1}\n{\"route\":\"/a\",\"ts\":1,\"status\":200,\"latency\":1}\n",
+                "c.jsonl:2:20: timestamps go backwards",
+            ),
+            (
+                "c.jsonl",
+                "{\"note\":\"\\\"\",\"ts\":\"x\",\"route\":\"/a\",\"status\":200,\"latency\":1}\n",
+                "c.jsonl:1:20: bad timestamp \"x\"",
+            ),
+            (
+                "c.jsonl",
+                "{\"ts\":1,\"route\":\"GET \\/a\",\"status\":200,\"latency\":1}\n",
+                "c.jsonl:1:18: the route contains JSON escapes",
+            ),
+            (
+                "c.jsonl",
+                "{\"ts\":\"\\u0031\",\"route\":\"/a\",\"status\":200,\"latency\":\"x\"}\n",
+                "c.jsonl:1:53: bad latency \"x\"",
+            ),
+            (
+                "c.jsonl",
+                "{\"route\":\"/\u{e9}\",\"ts\":\"x\",\"status\":200,\"latency\":1}\n",
+                "c.jsonl:1:21: bad timestamp \"x\"",
+            ),
+            (
+                "c.jsonl",
+                "  {\"ts\":\"x\",\"route\":\"/a\",\"status\":200,\"latency\":1}\n",
+                "c.jsonl:1:10: bad timestamp \"x\"",
+            ),
+            (
+                "c.jsonl",
+                "\u{feff}{\"ts\":\"x\",\"route\":\"/a\",\"status\":200,\"latency\":1}\n",
+                "c.jsonl:1:8: bad timestamp \"x\"",
+            ),
+            (
+                "c.jsonl",
+                "{\"ts\":1,\"route\":\"/a\",\"status\":200,\"latency\":1,\"x\":[}\n",
+                "c.jsonl:1:52: invalid JSON: expected value",
+            ),
+        ];
+        for (name, text, expected) in cases {
+            let err = all(name, text).unwrap_err();
+            assert!(err.starts_with(expected), "{text:?}\n{err}\nnot {expected}");
+        }
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped() {
+        let csv = "\u{feff}timestamp,route,status,latency_ms\n1,GET /a,200,5\n";
+        assert_eq!(
+            all("c.csv", csv),
+            Ok(vec![(1_000_000_000, "GET /a".into(), 200, 5_000_000)])
+        );
+        let jsonl = "\u{feff}{\"ts\":1,\"route\":\"GET /a\",\"status\":200,\"latency\":5}\n";
+        assert_eq!(
+            all("c.jsonl", jsonl),
+            Ok(vec![(1_000_000_000, "GET /a".into(), 200, 5_000_000)])
+        );
+        // Found as JSON lines by its content, too.
+        assert_eq!(
+            Format::detect("calls.log", jsonl.as_bytes()),
+            Format::JsonLines
+        );
+    }
+
+    #[test]
+    fn times_past_the_latest_a_replay_counts_are_errors_at_their_column() {
+        // u64::MAX nanoseconds since the epoch is the latest instant; one more is refused.
+        assert_eq!(
+            all("c.csv", &format!("{LATEST},/a,200,0\n")),
+            Ok(vec![(u64::MAX, "/a".into(), 200, 0)])
+        );
+        let cases = [
+            (
+                "0,/a,200,5\n9999-12-31T23:59:59Z,/a,200,5\n",
+                "c.csv:2:1: bad timestamp \"9999-12-31T23:59:59Z\": out of range: the latest time a replay can count is 2554-07-21T23:34:33.709551615Z",
+            ),
+            (
+                "2554-07-21T23:34:33.709551616Z,/a,200,0\n",
+                "c.csv:1:1: bad timestamp \"2554-07-21T23:34:33.709551616Z\": out of range",
+            ),
+            (
+                // In the minute of the line before, read by its seconds alone.
+                "2554-07-21T23:34:00Z,/a,200,0\n2554-07-21T23:34:59Z,/a,200,0\n",
+                "c.csv:2:1: bad timestamp \"2554-07-21T23:34:59Z\": out of range",
+            ),
+            (
+                "18446744074,/a,200,0\n",
+                "c.csv:1:1: bad timestamp \"18446744074\": out of range",
+            ),
+            (
+                "1000,/a,200,18446744073709\n",
+                "c.csv:1:13: bad latency \"18446744073709\": the call would end after 2554-07-21T23:34:33.709551615Z, the latest time a replay can count",
+            ),
+            (
+                "0,/a,200,18446744073709552ms\n",
+                "c.csv:1:10: bad latency \"18446744073709552ms\": too long",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = all("c.csv", text).unwrap_err();
+            assert!(err.starts_with(expected), "{text:?}\n{err}\nnot {expected}");
+        }
+        let err = all(
+            "c.jsonl",
+            "{\"ts\":\"2024-05-01T00:00:00Z\",\"route\":\"/a\",\"status\":200,\"latency\":18446744073709}\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with(
+                "c.jsonl:1:66: bad latency \"18446744073709\": the call would end after"
+            ),
+            "{err}"
         );
     }
 }

@@ -32,6 +32,23 @@ pub(crate) fn parse_latency(s: &[u8], unit_ns: u64) -> Option<u64> {
     d.scale(unit)
 }
 
+/// Why `s` is not a latency [`parse_latency`] reads: not a number with a unit it knows,
+/// or longer than a replay can count.
+#[cold]
+pub(super) fn latency_problem(s: &[u8]) -> &'static str {
+    let number = [b"ns".as_slice(), b"us", "\u{b5}s".as_bytes(), b"ms", b"s"]
+        .iter()
+        .find_map(|unit| s.strip_suffix(*unit))
+        .unwrap_or(s);
+    let digits = number.iter().filter(|b| b.is_ascii_digit()).count();
+    let points = number.iter().filter(|&&b| b == b'.').count();
+    if digits > 0 && points <= 1 && digits + points == number.len() {
+        "too long: a replay counts at most 18446744073709551615ns (about 584 years)"
+    } else {
+        "expected a number of milliseconds (or with a unit: 12ms, 1.5s, 800us)"
+    }
+}
+
 /// A decimal number as written: its integer part, the first nine digits of its
 /// fraction, and where it ends.
 #[derive(Debug, Clone, Copy)]

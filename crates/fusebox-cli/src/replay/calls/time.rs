@@ -4,6 +4,22 @@
 
 use super::number::POW10;
 
+/// The latest time a replay can count: nanoseconds since the Unix epoch are a `u64`, and
+/// `u64::MAX` of them is this instant. A timestamp after it, or a call that would end
+/// after it, is an error.
+pub(crate) const LATEST: &str = "2554-07-21T23:34:33.709551615Z";
+
+/// Why a timestamp past [`LATEST`] is refused.
+pub(crate) const TOO_LATE: &str =
+    "out of range: the latest time a replay can count is 2554-07-21T23:34:33.709551615Z";
+
+/// `secs` seconds and `nanos` nanoseconds since the epoch, in nanoseconds, if that is
+/// no later than [`LATEST`].
+#[inline]
+fn nanos_since_epoch(secs: u64, nanos: u64) -> Option<u64> {
+    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+}
+
 /// The last RFC 3339 timestamp's minute: consecutive calls share their date, hour, minute
 /// and zone, so only the seconds need reading.
 #[derive(Debug, Clone, Default)]
@@ -55,8 +71,10 @@ impl MinuteCache {
         if !zone.iter().zip(&self.zone).all(|(a, b)| a == b) {
             return None;
         }
+        // The last minute a replay can count ends early: past its end the full parse
+        // explains.
         let secs = u64::try_from(self.minute_secs).ok()? + second.min(59);
-        Some((secs * 1_000_000_000 + nanos, zone_end))
+        Some((nanos_since_epoch(secs, nanos)?, zone_end))
     }
 
     pub(super) fn set(&mut self, s: &[u8], minute_secs: i64, zone_start: usize) {
@@ -97,20 +115,23 @@ pub(super) fn fraction(s: &[u8], mut i: usize) -> Option<(u64, usize)> {
 
 /// Seconds since the epoch, with up to nine decimals, to nanoseconds.
 #[inline]
-pub(crate) fn parse_seconds(s: &[u8]) -> Option<u64> {
+pub(crate) fn parse_seconds(s: &[u8]) -> Result<u64, &'static str> {
+    const EXPECTED: &str = "expected RFC 3339 or seconds since the epoch";
     let mut i = 0;
-    let mut secs: u64 = 0;
+    let mut secs: Option<u64> = Some(0);
     while i < s.len() && s[i].is_ascii_digit() {
-        secs = secs.checked_mul(10)?.checked_add(u64::from(s[i] - b'0'))?;
+        secs = secs
+            .and_then(|n| n.checked_mul(10))
+            .and_then(|n| n.checked_add(u64::from(s[i] - b'0')));
         i += 1;
     }
     if i == 0 {
-        return None;
+        return Err(EXPECTED);
     }
     let mut nanos: u64 = 0;
     if i < s.len() {
         if s[i] != b'.' {
-            return None;
+            return Err(EXPECTED);
         }
         i += 1;
         let mut digits = 0;
@@ -122,11 +143,12 @@ pub(crate) fn parse_seconds(s: &[u8]) -> Option<u64> {
             i += 1;
         }
         if i != s.len() {
-            return None;
+            return Err(EXPECTED);
         }
         nanos *= POW10[9 - digits];
     }
-    secs.checked_mul(1_000_000_000)?.checked_add(nanos)
+    secs.and_then(|secs| nanos_since_epoch(secs, nanos))
+        .ok_or(TOO_LATE)
 }
 
 /// RFC 3339 (`2024-05-01T12:00:00.120Z`, a space for the `T`, an offset for the `Z`) to
@@ -186,7 +208,7 @@ pub(super) fn rfc3339_parts(s: &[u8]) -> Result<Rfc3339, &'static str> {
     let minute_secs = days * 86_400 + i64::from(hour * 3600 + minute * 60) - offset_secs;
     let secs = u64::try_from(minute_secs + i64::from(second.min(59))).map_err(|_| "before 1970")?;
     Ok(Rfc3339 {
-        at: secs * 1_000_000_000 + nanos,
+        at: nanos_since_epoch(secs, nanos).ok_or(TOO_LATE)?,
         minute_secs,
         zone_start: i,
     })
@@ -263,10 +285,10 @@ mod tests {
             Err("the month is out of range")
         );
         assert!(parse_rfc3339(b"2024-05-01T12:00:00").is_err());
-        assert_eq!(parse_seconds(b"12.5"), Some(12_500_000_000));
-        assert_eq!(parse_seconds(b"7"), Some(7_000_000_000));
-        assert_eq!(parse_seconds(b"1.0000000019"), Some(1_000_000_001));
-        assert_eq!(parse_seconds(b"1e3"), None);
+        assert_eq!(parse_seconds(b"12.5").ok(), Some(12_500_000_000));
+        assert_eq!(parse_seconds(b"7").ok(), Some(7_000_000_000));
+        assert_eq!(parse_seconds(b"1.0000000019").ok(), Some(1_000_000_001));
+        assert_eq!(parse_seconds(b"1e3").ok(), None);
         assert_eq!(
             format_rfc3339(1_714_564_800_120_000_000),
             "2024-05-01T12:00:00.120Z"
