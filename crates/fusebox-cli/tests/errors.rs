@@ -194,6 +194,24 @@ fn malformed_scenarios() {
         let run = fusebox(&dir, &["check", name]);
         run.assert_input_error(expected);
     }
+    // Every problem at once, each at its path, with the nearest known key for a typo.
+    write(
+        &dir,
+        "many.toml",
+        "[traffic]\nrate = \"fast\"\nconcurrancy = 10\n[policy.breaker]\ncount_window = 10\nminimum_calls = 5\n[[phases]]\nname = \"a\"\nduration = \"1s\"\nstatus = 200\nlatency = { p50 = \"1ms\" }\n[expect]\nopen_reason = [\"failure_rate\", 3]\n",
+    );
+    for args in [["check", "many.toml"], ["drill", "many.toml"]] {
+        let run = fusebox(&dir, &args);
+        for expected in [
+            "many.toml:2:8: traffic.rate: must be a number, got \"fast\"",
+            "many.toml:3:1: traffic.concurrancy: unknown key; did you mean `concurrency`?",
+            "many.toml:11:1: phases[0].latency.p99: is required with p50",
+            "many.toml:13:15: expect.open_reason: must be a reason or a list of reasons",
+        ] {
+            run.assert_input_error(expected);
+        }
+        assert_eq!(run.stderr.lines().count(), 4, "{}", run.stderr);
+    }
     let run = fusebox(&dir, &["drill", "no-such-scenario"]);
     run.assert_input_error(
         "no scenario \"no-such-scenario\": not a file, and not a built-in (brownout, ",
