@@ -280,15 +280,10 @@ pub fn load_policy_file(src: &SourceFile) -> Result<Policies, Vec<InputError>> {
     let yaml = is_yaml(src);
     let tree: Value = if yaml {
         serde_norway::from_str(src.text()).map_err(|e| {
-            let (line, col) = e
-                .location()
-                .map_or((1, 1), |l| (l.line() as u32, l.column() as u32));
-            vec![InputError::at(
-                src.name(),
-                line,
-                col,
-                format!("invalid YAML: {e}"),
-            )]
+            // At the byte the parser stopped at: its own line and column can lie past the
+            // text's end (a line after the last, at the end of a file).
+            let offset = e.location().map_or(0, |l| l.index());
+            vec![src.error_at(offset..offset, format!("invalid YAML: {e}"))]
         })?
     } else {
         toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?

@@ -113,19 +113,28 @@ impl SourceFile {
         let name = path.display().to_string();
         let bytes = std::fs::read(path)
             .map_err(|e| InputError::in_file(&name, format!("cannot read the file: {e}")))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-            let valid = valid.strip_prefix(BOM.as_bytes()).unwrap_or(valid);
-            let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
-            let last = valid.rsplit(|&b| b == b'\n').next().unwrap_or_default();
-            InputError::at(
-                &name,
-                saturating_u32(line),
-                saturating_u32(1 + chars(last)),
-                "the file is not UTF-8 text",
-            )
-        })?;
-        Ok(SourceFile::new(name, text))
+        SourceFile::from_bytes(name, bytes)
+    }
+
+    /// A file from its bytes, which must be UTF-8 text (with or without a byte-order
+    /// mark); `name` is what errors call it.
+    pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Result<SourceFile, InputError> {
+        let name = name.into();
+        match String::from_utf8(bytes) {
+            Ok(text) => Ok(SourceFile::new(name, text)),
+            Err(e) => {
+                let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+                let valid = valid.strip_prefix(BOM.as_bytes()).unwrap_or(valid);
+                let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
+                let last = valid.rsplit(|&b| b == b'\n').next().unwrap_or_default();
+                Err(InputError::at(
+                    &name,
+                    saturating_u32(line),
+                    saturating_u32(1 + chars(last)),
+                    "the file is not UTF-8 text",
+                ))
+            }
+        }
     }
 
     /// A file from text already in memory (built-in scenarios, tests); `name` is what
@@ -223,5 +232,14 @@ mod tests {
         assert_eq!(e.to_string(), "a.toml:2:1: bad");
         assert_eq!(f.error("empty").to_string(), "a.toml: empty");
         assert_eq!(InputError::new("no file").to_string(), "no file");
+    }
+
+    #[test]
+    fn files_that_are_not_utf8_are_located_in_characters_past_a_byte_order_mark() {
+        let bytes = b"\xef\xbb\xbfa = 1\nb = \"\xc3\xa9\xff\"\n".to_vec();
+        let e = SourceFile::from_bytes("f.toml", bytes).unwrap_err();
+        assert_eq!(e.to_string(), "f.toml:2:7: the file is not UTF-8 text");
+        let f = SourceFile::from_bytes("f.toml", b"\xef\xbb\xbfa = 1\n".to_vec()).unwrap();
+        assert_eq!((f.text(), f.position(0)), ("a = 1\n", (1, 1)));
     }
 }
