@@ -20,8 +20,9 @@ const CASES: u32 = 10_000;
 
 fn config() -> ProptestConfig {
     ProptestConfig {
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
-            "proptest-regressions",
+        // Run from the crate's directory, as the other crates keep theirs.
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "proptest-regressions/input_properties.txt",
         ))),
         ..ProptestConfig::with_cases(CASES)
     }
