@@ -304,4 +304,35 @@ mod tests {
             );
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config::with_cases(10_000))]
+
+        /// The hand-written RFC 3339 parser (kept for speed: a replay reads millions of
+        /// timestamps) reads UTC timestamps as humantime does, from 1970 to the year 9999
+        /// — dates that do not exist, leap seconds and fractions of any length included —
+        /// and refuses those past the latest a replay counts.
+        #[test]
+        fn rfc3339_reads_as_humantime(
+            date in (1970u32..10_000, 0u32..14, 0u32..33),
+            time in (0u32..25, 0u32..61, 0u32..62),
+            fraction in proptest::option::of("[0-9]{1,12}"),
+        ) {
+            let ((y, mo, d), (h, mi, sec)) = (date, time);
+            let fraction = fraction.map(|f| format!(".{f}")).unwrap_or_default();
+            let text = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{sec:02}{fraction}Z");
+            let ours = parse_rfc3339(text.as_bytes());
+            match humantime::parse_rfc3339(&text) {
+                Ok(t) => {
+                    let ns = t
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or_default();
+                    let expected = u64::try_from(ns).map_err(|_| TOO_LATE);
+                    proptest::prop_assert_eq!(ours, expected, "{}", text);
+                }
+                Err(_) => proptest::prop_assert!(ours.is_err(), "{} read as {:?}", text, ours),
+            }
+        }
+    }
 }
