@@ -55,7 +55,9 @@ pub enum Command {
         fusebox's layers (retry budget → circuit breaker → concurrency limit → timeout, as the \
         scenario's policy or --config says); prints each phase, a progress line per second and \
         every breaker transition as it happens; then prints a summary and the scenario's \
-        expectations, and writes report.json and chart.svg to --out.\n\n\
+        expectations, and writes report.json and chart.svg to --out (and, with --json FILE, \
+        the report to FILE too; --json - writes it to standard output, and everything else \
+        the drill prints then goes to standard error).\n\n\
         SCENARIO is a built-in name (see --list) or a scenario file (TOML; --show NAME prints a \
         built-in to start from). The exit code is 0 when every expectation held, 1 otherwise.\n\n\
         Scenario files (TOML): name, description, seed; [traffic] rate (calls/s), concurrency, \
@@ -85,13 +87,21 @@ pub enum Command {
         the trade-offs are printed as a table; with --incident, the settings that would have \
         opened within --within of the incident's start without opening outside it are marked.\n\n\
         CSV columns: timestamp,route,status,latency_ms (header optional; also error, latency_us, \
-        latency_s). Timestamps: RFC 3339 or seconds since the epoch, in order. Status: an HTTP \
+        latency_s; a leading byte-order mark is skipped). JSON lines: one object per line with \
+        the same fields. Timestamps: RFC 3339 or seconds since the epoch, in order, and no later \
+        than 2554-07-21T23:34:33.709551615Z (nor may a call's timestamp + latency be). Status: an HTTP \
         status, grpc:CODE, or timeout, reset, refused, connect_timeout, connect_error, tls, eof, \
         error, cancelled, circuit_open, overloaded, deadline_exceeded, rejected. Routes: a key of \
         a policy's routes (the first policy in the file that has it), or METHOD /path matched by \
-        them; calls on other routes are an error unless --default-policy names a policy for them.",
+        them; calls on other routes are an error unless --default-policy names a policy for them.\n\n\
+        A mistake in the calls file is reported as file:line:column, at the field in question. \
+        Each transition in the report names the calls-file line of the call that made it (for \
+        an opening, the call whose outcome tripped the breaker). --json FILE writes the full \
+        report as JSON; --json - writes it to standard output, and the text report then goes \
+        to standard error.",
         after_help = "Examples:\n  fusebox replay --config policies.toml --calls calls.csv\n  \
         fusebox replay --config policies.toml --calls calls.jsonl --json report.json\n  \
+        fusebox replay --config policies.toml --calls calls.csv --json - | jq '.breakers[0].transitions'\n  \
         fusebox replay --config policies.toml --calls calls.csv --sweep \\\n      \
         --failure-rate 30,50,70 --minimum-calls 10,20,50 --window count:50,time:30s \\\n      \
         --incident 2024-05-01T12:10:00Z..2024-05-01T12:25:00Z --within 30s"
@@ -100,7 +110,8 @@ pub enum Command {
     /// Validate a policy file (or a scenario) and print the effective settings.
     #[command(
         long_about = "Validate a policy file (or a drill scenario) and print the effective settings.\n\n\
-        Every problem is reported, each with its position and path, e.g. \
+        Every problem is reported, each with its position and path — unknown keys (with the \
+        nearest known key), values of the wrong type or out of range — e.g. \
         `policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within \
         1..=100, got 150`; the exit code is then 2. A file with [[phases]] is read as a \
         scenario, anything else as a policy file.\n\n\

@@ -68,6 +68,11 @@
 //! of `first_open_in` until it opened) and `max_dependency_in_flight` (the most requests
 //! the dependency handled at once: no stampede). With several replicas, each replica's
 //! breaker is checked.
+//!
+//! Reading a scenario reports every problem at once, each at its path and position, as
+//! policy files are checked ([`fusebox::config::check`]): unknown keys (with the nearest
+//! known key), values of the wrong type or shape, values out of range, settings that do
+//! not fit together.
 
 use crate::config::{
     PolicySpec, fmt_duration, locate_problems, policy_from_table, split_path, toml_span,

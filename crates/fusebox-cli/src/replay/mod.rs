@@ -13,7 +13,9 @@
 //! completion at the same instant as a new call is recorded first. A call the breaker
 //! rejects never reaches the dependency: its logged outcome is what the breaker saved (a
 //! failure) or cost (a success). Jitter is seeded (0 unless the file sets `seed`), so a
-//! replay is reproducible.
+//! replay is reproducible. Each transition names the calls-file line of the call that
+//! made it: the call whose completion tripped the breaker, or decided a half-open period,
+//! or that came first after the open wait.
 //!
 //! [`sweep`] replays the same calls over a grid of thresholds.
 

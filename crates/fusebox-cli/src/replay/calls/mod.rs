@@ -4,7 +4,9 @@
 //! place, without allocating: fields are byte slices of the file, numbers are parsed by
 //! hand, and a route is resolved by comparing bytes with the routes seen before (see
 //! [`super::Resolver`]). Anything it does not understand is an error naming the file, the
-//! line and the reason.
+//! line, the column of the field in question (counted in characters, inside a quoted
+//! field's quotes) and the reason. A byte-order mark at the start of the file (as
+//! spreadsheets export) is skipped.
 //!
 //! # CSV
 //!
@@ -40,6 +42,8 @@
 //! - **timestamp**: RFC 3339 (`2024-05-01T12:00:00.120Z`, `...+02:00`) or seconds since
 //!   the Unix epoch with up to nine decimals (`1714564800.120`; small numbers are fine for
 //!   crafted logs). Calls must be in order of their timestamps (the time a call started).
+//!   Times are nanoseconds since the epoch in 64 bits: a timestamp after
+//!   2554-07-21T23:34:33.709551615Z, or a call that would end after it, is an error.
 //! - **status**: an HTTP status (100–999), a gRPC status (`grpc:UNAVAILABLE` or
 //!   `grpc:14`), or an error kind: `timeout`, `reset`, `refused`, `connect_timeout`,
 //!   `connect_error`, `tls`, `eof`, `error` (failures), `cancelled` (ignored: the caller
