@@ -773,6 +773,37 @@ mod tests {
             ["policies", "a", "routes", "GET /x.y", "timeout"]
         );
         assert_eq!(split_path("defaults.breaker"), ["defaults", "breaker"]);
+        // List indices, and brackets that open no segment (a name may hold one).
+        assert_eq!(
+            split_path("phases[2].responses[0].latency"),
+            ["phases", "2", "responses", "0", "latency"]
+        );
+        assert_eq!(
+            split_path("policies.a[b.breaker"),
+            ["policies", "a[b", "breaker"]
+        );
+        assert_eq!(split_path("policies.[.x]"), ["policies", "[", "x]"]);
+    }
+
+    #[test]
+    fn yaml_problems_are_located_past_quoted_keys_and_at_the_end() {
+        // A quoted key of characters of several bytes before the problem.
+        let errors = load(
+            "p.yaml",
+            "policies:\n  \"\u{e9}t\u{e9}\":\n    breaker:\n      minimum_calls: 0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            errors,
+            ["p.yaml:4:7: policies.\u{e9}t\u{e9}.breaker.minimum_calls: must be at least 1, got 0"]
+        );
+        // A syntax error at the end of the file is on its last line.
+        let errors = load(
+            "p.yaml",
+            "policies:\n  a:\n    breaker:\n      count_window: 20\n      m",
+        )
+        .unwrap_err();
+        assert!(errors[0].starts_with("p.yaml:5:8: invalid YAML"), "{errors:?}");
     }
 
     #[test]
