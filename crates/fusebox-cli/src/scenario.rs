@@ -1068,7 +1068,7 @@ frist_open_in = "b"
         };
         for (phase, expected) in [
             (
-                "status = 200\nlatency = { p50 = \"1ms\", p99 = \"100000000000h\" }",
+                "status = 200\nlatency = { p50 = \"1ms\", p99 = \"500000000000y\" }",
                 "s.toml:10:1: phases[0].latency: at most 10 minutes",
             ),
             (
@@ -1076,7 +1076,7 @@ frist_open_in = "b"
                 "s.toml:9:53: phases[0].responses[1].weight: the weights of phases[0].responses add up to more than 4294967295",
             ),
             (
-                "status = 200\n[[phases]]\nname = \"b\"\nduration = \"10000000000000h\"\nstatus = 200\n[[phases]]\nname = \"c\"\nduration = \"10000000000000h\"\nstatus = 200",
+                "status = 200\n[[phases]]\nname = \"b\"\nduration = \"500000000000y\"\nstatus = 200\n[[phases]]\nname = \"c\"\nduration = \"500000000000y\"\nstatus = 200",
                 "s.toml:6:1: phases: ",
             ),
         ] {
