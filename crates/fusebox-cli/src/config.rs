@@ -803,7 +803,10 @@ mod tests {
             "policies:\n  a:\n    breaker:\n      count_window: 20\n      m",
         )
         .unwrap_err();
-        assert!(errors[0].starts_with("p.yaml:5:8: invalid YAML"), "{errors:?}");
+        assert!(
+            errors[0].starts_with("p.yaml:5:8: invalid YAML"),
+            "{errors:?}"
+        );
     }
 
     #[test]
