@@ -912,6 +912,14 @@ fn latency(p: &mut Problems<'_>, path: &str, node: &Node) -> Option<Latency> {
 mod tests {
     use super::*;
 
+    /// The problems of scenario `text`, as printed.
+    fn problems(name: &str, text: &str) -> Vec<String> {
+        match load_scenario(&SourceFile::new(name, text), None) {
+            Ok(s) => panic!("{name} loads as {:?}", s.name),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
     #[test]
     fn builtins_are_valid() {
         for (name, text) in BUILTIN {
@@ -968,11 +976,7 @@ responses = [{ weight = 0, status = 200 }, { latency = "1s" }]
 first_open_in = "b"
 open_reason = "bad_luck"
 "#;
-        let errors: Vec<String> = load_scenario(&SourceFile::new("s.toml", text), None)
-            .unwrap_err()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = problems("s.toml", text);
         assert_eq!(
             errors,
             [
@@ -1017,11 +1021,7 @@ opens = "yes"
 open_reason = ["failure_rate", 3]
 frist_open_in = "b"
 "#;
-        let errors: Vec<String> = load_scenario(&SourceFile::new("s.toml", text), None)
-            .unwrap_err()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = problems("s.toml", text);
         assert_eq!(
             errors,
             [
@@ -1038,14 +1038,7 @@ frist_open_in = "b"
             "{errors:#?}"
         );
         // Keys misspelt at the top, and what is then missing.
-        let errors: Vec<String> = load_scenario(
-            &SourceFile::new("t.toml", "[trafic]\nrate = 10\n[[phase]]\nname = \"a\"\n"),
-            None,
-        )
-        .unwrap_err()
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+        let errors = problems("t.toml", "[trafic]\nrate = 10\n[[phase]]\nname = \"a\"\n");
         assert_eq!(
             errors,
             [
@@ -1080,12 +1073,7 @@ frist_open_in = "b"
                 "s.toml:6:1: phases: ",
             ),
         ] {
-            let errors: Vec<String> =
-                load_scenario(&SourceFile::new("s.toml", scenario(phase)), None)
-                    .unwrap_err()
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
+            let errors = problems("s.toml", &scenario(phase));
             assert!(
                 errors.len() == 1 && errors[0].starts_with(expected),
                 "{phase}\n{errors:#?}"

@@ -158,6 +158,73 @@ fn choices() -> impl Strategy<Value = Vec<u8>> {
 
 // === calls files ===
 
+/// Timestamps at the limits of what a replay counts, and just past them.
+const TIMESTAMP_LIMITS: [&str; 23] = [
+    "2554-07-21T23:34:33.709551615Z",
+    "2554-07-21T23:34:33.709551616Z",
+    "2554-07-21T23:34:59Z",
+    "2554-07-22T00:00:00+00:01",
+    "9999-12-31T23:59:59Z",
+    "9999-12-31T23:59:59.999999999-23:59",
+    "0000-01-01T00:00:00Z",
+    "1969-12-31T23:59:59Z",
+    "1970-01-01T00:00:00Z",
+    "1970-01-01T00:00:00+23:59",
+    "2024-02-29T23:59:60Z",
+    "2023-02-29T00:00:00Z",
+    "2024-05-01T12:00:00.",
+    "2024-05-01T12:00:00",
+    "18446744073.709551615",
+    "18446744073.709551616",
+    "18446744074",
+    "99999999999999999999999999",
+    "0",
+    "0.0000000001",
+    "-1",
+    "1e9",
+    "",
+];
+
+/// Latencies at the limits, and wrong ones.
+const LATENCY_LIMITS: [&str; 15] = [
+    "18446744073709",
+    "18446744073709551615",
+    "18446744073709551616",
+    "18446744073709551615ns",
+    "18446744073709552ms",
+    "18446744074s",
+    "99999999999999999999999999999",
+    "0.0000000000001",
+    ".5",
+    "5.",
+    ".",
+    "-5",
+    "1e3",
+    "12 parsecs",
+    "",
+];
+
+/// Statuses and error kinds, good and bad.
+const STATUSES: [&str; 17] = [
+    "200",
+    "503",
+    "429",
+    "100",
+    "999",
+    "099",
+    "1000",
+    "timeout",
+    "reset",
+    "cancelled",
+    "grpc:14",
+    "grpc:UNAVAILABLE",
+    "grpc:17",
+    "grpc:-1",
+    "grpc:99999999999",
+    "teapot",
+    "",
+];
+
 /// A timestamp: well-formed ones, the limits of what a replay counts, and near misses.
 fn timestamp(c: &mut Choices<'_>) -> String {
     match c.pick(10) {
@@ -185,33 +252,7 @@ fn timestamp(c: &mut Choices<'_>) -> String {
             let sep = c.one_of(&["T", "T", " ", "t", "x"]);
             format!("{y:04}-{mo:02}-{d:02}{sep}{h:02}:{mi:02}:{s:02}{frac}{zone}")
         }
-        8 => c
-            .one_of(&[
-                "2554-07-21T23:34:33.709551615Z",
-                "2554-07-21T23:34:33.709551616Z",
-                "2554-07-21T23:34:59Z",
-                "2554-07-22T00:00:00+00:01",
-                "9999-12-31T23:59:59Z",
-                "9999-12-31T23:59:59.999999999-23:59",
-                "0000-01-01T00:00:00Z",
-                "1969-12-31T23:59:59Z",
-                "1970-01-01T00:00:00Z",
-                "1970-01-01T00:00:00+23:59",
-                "2024-02-29T23:59:60Z",
-                "2023-02-29T00:00:00Z",
-                "2024-05-01T12:00:00.",
-                "2024-05-01T12:00:00",
-                "18446744073.709551615",
-                "18446744073.709551616",
-                "18446744074",
-                "99999999999999999999999999",
-                "0",
-                "0.0000000001",
-                "-1",
-                "1e9",
-                "",
-            ])
-            .to_owned(),
+        8 => c.one_of(&TIMESTAMP_LIMITS).to_owned(),
         _ => c.text(24),
     }
 }
@@ -224,25 +265,7 @@ fn latency(c: &mut Choices<'_>) -> String {
             let unit = c.one_of(&["", "ns", "us", "\u{b5}s", "ms", "s"]);
             format!("{}{unit}", c.number())
         }
-        6 | 7 => c
-            .one_of(&[
-                "18446744073709",
-                "18446744073709551615",
-                "18446744073709551616",
-                "18446744073709551615ns",
-                "18446744073709552ms",
-                "18446744074s",
-                "99999999999999999999999999999",
-                "0.0000000000001",
-                ".5",
-                "5.",
-                ".",
-                "-5",
-                "1e3",
-                "12 parsecs",
-                "",
-            ])
-            .to_owned(),
+        6 | 7 => c.one_of(&LATENCY_LIMITS).to_owned(),
         _ => c.text(16),
     }
 }
@@ -250,27 +273,7 @@ fn latency(c: &mut Choices<'_>) -> String {
 /// A status or error kind.
 fn status(c: &mut Choices<'_>) -> String {
     match c.pick(6) {
-        0..=3 => c
-            .one_of(&[
-                "200",
-                "503",
-                "429",
-                "100",
-                "999",
-                "099",
-                "1000",
-                "timeout",
-                "reset",
-                "cancelled",
-                "grpc:14",
-                "grpc:UNAVAILABLE",
-                "grpc:17",
-                "grpc:-1",
-                "grpc:99999999999",
-                "teapot",
-                "",
-            ])
-            .to_owned(),
+        0..=3 => c.one_of(&STATUSES).to_owned(),
         4 => c.number().to_string(),
         _ => c.text(12),
     }
@@ -589,6 +592,18 @@ fn near_valid_text(c: &mut Choices<'_>, base: &str, sep: &str) -> String {
     text
 }
 
+/// At least one error, and each located in `text` or naming its place.
+fn all_located_or_named(
+    errors: &[InputError],
+    name: &str,
+    text: &str,
+) -> Result<(), TestCaseError> {
+    prop_assert!(!errors.is_empty());
+    errors
+        .iter()
+        .try_for_each(|e| located_or_named(e, name, text))
+}
+
 /// Loads scenario `text`: a scenario that can run, or errors that each name their place.
 fn check_scenario(name: &str, text: &str) -> Result<(), TestCaseError> {
     match load_scenario(&SourceFile::new(name, text), None) {
@@ -607,13 +622,7 @@ fn check_scenario(name: &str, text: &str) -> Result<(), TestCaseError> {
             }
             Ok(())
         }
-        Err(errors) => {
-            prop_assert!(!errors.is_empty());
-            for e in &errors {
-                located_or_named(e, name, text)?;
-            }
-            Ok(())
-        }
+        Err(errors) => all_located_or_named(&errors, name, text),
     }
 }
 
@@ -692,13 +701,7 @@ fn check_policies(name: &str, text: &str) -> Result<(), TestCaseError> {
             prop_assert!(!p.policies.is_empty());
             Ok(())
         }
-        Err(errors) => {
-            prop_assert!(!errors.is_empty());
-            for e in &errors {
-                located_or_named(e, name, text)?;
-            }
-            Ok(())
-        }
+        Err(errors) => all_located_or_named(&errors, name, text),
     }
 }
 

@@ -12,18 +12,7 @@ impl<'a> CallReader<'a> {
         let mut columns = Vec::new();
         for name in text.split(',') {
             let name = name.trim().trim_matches('"').to_ascii_lowercase();
-            let column = match name.as_str() {
-                "timestamp" | "ts" | "time" | "start" => Column::Timestamp,
-                "route" => Column::Route,
-                "status" | "outcome" | "result" => Column::Status,
-                "error" | "error_kind" => Column::Error,
-                "latency_ms" | "duration_ms" | "latency" | "duration" => Column::Latency(1_000_000),
-                "latency_us" | "duration_us" => Column::Latency(1_000),
-                "latency_ns" | "duration_ns" => Column::Latency(1),
-                "latency_s" | "duration_s" => Column::Latency(1_000_000_000),
-                _ => Column::Other,
-            };
-            columns.push(column);
+            columns.push(Column::named(&name));
         }
         let has = |c: fn(&Column) -> bool| columns.iter().any(c);
         let mut missing = Vec::new();

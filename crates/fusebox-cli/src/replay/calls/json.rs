@@ -178,7 +178,7 @@ impl<'a> CallReader<'a> {
         let mut fields = JsonFields::default();
         let mut error = None;
         for (key, raw) in entries {
-            let column = key_column(&key);
+            let column = Column::named(&key);
             if column == Column::Other {
                 continue;
             }
@@ -295,21 +295,6 @@ pub(super) fn entries(line: &[u8]) -> Result<Vec<(String, &RawValue)>, serde_jso
     }
 
     serde_json::from_slice::<Entries<'_>>(line).map(|e| e.0)
-}
-
-/// The field a JSON key names.
-pub(super) fn key_column(key: &str) -> Column {
-    match key {
-        "timestamp" | "ts" | "time" | "start" => Column::Timestamp,
-        "route" => Column::Route,
-        "status" | "outcome" | "result" => Column::Status,
-        "error" | "error_kind" => Column::Error,
-        "latency_ms" | "duration_ms" | "latency" | "duration" => Column::Latency(1_000_000),
-        "latency_us" | "duration_us" => Column::Latency(1_000),
-        "latency_ns" | "duration_ns" => Column::Latency(1),
-        "latency_s" | "duration_s" => Column::Latency(1_000_000_000),
-        _ => Column::Other,
-    }
 }
 
 /// Where a value's text starts: inside its quotes, for a string.

@@ -142,6 +142,24 @@ enum Column {
     Other,
 }
 
+impl Column {
+    /// The field a CSV column or a JSON key of this name holds (names as written,
+    /// lowercase).
+    fn named(name: &str) -> Column {
+        match name {
+            "timestamp" | "ts" | "time" | "start" => Column::Timestamp,
+            "route" => Column::Route,
+            "status" | "outcome" | "result" => Column::Status,
+            "error" | "error_kind" => Column::Error,
+            "latency_ms" | "duration_ms" | "latency" | "duration" => Column::Latency(1_000_000),
+            "latency_us" | "duration_us" => Column::Latency(1_000),
+            "latency_ns" | "duration_ns" => Column::Latency(1),
+            "latency_s" | "duration_s" => Column::Latency(1_000_000_000),
+            _ => Column::Other,
+        }
+    }
+}
+
 /// Reads calls one at a time from a file in memory.
 #[derive(Debug)]
 pub struct CallReader<'a> {
@@ -347,7 +365,7 @@ impl<'a> CallReader<'a> {
             Format::JsonLines => json::entries(line)
                 .ok()?
                 .into_iter()
-                .filter(|(key, _)| wanted(json::key_column(key)))
+                .filter(|(key, _)| wanted(Column::named(key)))
                 .last()
                 .map(|(_, raw)| json::value_place(raw)),
         }

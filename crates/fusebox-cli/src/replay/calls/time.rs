@@ -91,26 +91,31 @@ impl MinuteCache {
     }
 }
 
-/// The nanoseconds of an optional `.fraction` at `i`, and where it ends.
+/// The nanoseconds of an optional `.fraction` at `i`, and where it ends; `None` for a
+/// point without digits.
 #[inline]
-pub(super) fn fraction(s: &[u8], mut i: usize) -> Option<(u64, usize)> {
-    let mut nanos: u64 = 0;
-    if s.get(i) == Some(&b'.') {
-        i += 1;
-        let mut digits = 0;
-        while i < s.len() && s[i].is_ascii_digit() {
-            if digits < 9 {
-                nanos = nanos * 10 + u64::from(s[i] - b'0');
-                digits += 1;
-            }
-            i += 1;
-        }
-        if digits == 0 {
-            return None;
-        }
-        nanos *= POW10[9 - digits];
+pub(super) fn fraction(s: &[u8], i: usize) -> Option<(u64, usize)> {
+    if s.get(i) != Some(&b'.') {
+        return Some((0, i));
     }
-    Some((nanos, i))
+    let (nanos, digits, end) = fraction_digits(s, i + 1);
+    (digits > 0).then_some((nanos, end))
+}
+
+/// The digits of a fraction from `i` as nanoseconds (the first nine count), whether there
+/// were any (0 or 1..=9), and where they end.
+#[inline]
+fn fraction_digits(s: &[u8], mut i: usize) -> (u64, usize, usize) {
+    let mut nanos: u64 = 0;
+    let mut digits = 0;
+    while i < s.len() && s[i].is_ascii_digit() {
+        if digits < 9 {
+            nanos = nanos * 10 + u64::from(s[i] - b'0');
+            digits += 1;
+        }
+        i += 1;
+    }
+    (nanos * POW10[9 - digits], digits, i)
 }
 
 /// Seconds since the epoch, with up to nine decimals, to nanoseconds.
@@ -133,19 +138,11 @@ pub(crate) fn parse_seconds(s: &[u8]) -> Result<u64, &'static str> {
         if s[i] != b'.' {
             return Err(EXPECTED);
         }
-        i += 1;
-        let mut digits = 0;
-        while i < s.len() && s[i].is_ascii_digit() {
-            if digits < 9 {
-                nanos = nanos * 10 + u64::from(s[i] - b'0');
-                digits += 1;
-            }
-            i += 1;
-        }
-        if i != s.len() {
+        let end;
+        (nanos, _, end) = fraction_digits(s, i + 1);
+        if end != s.len() {
             return Err(EXPECTED);
         }
-        nanos *= POW10[9 - digits];
     }
     secs.and_then(|secs| nanos_since_epoch(secs, nanos))
         .ok_or(TOO_LATE)
