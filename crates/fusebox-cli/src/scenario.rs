@@ -609,7 +609,9 @@ fn read_phases(p: &mut Problems<'_>, node: Option<&Node>) -> Vec<Phase> {
                 Err(_) => Duration::ZERO,
             },
         };
-        if phases.iter().any(|q| q.name == name) && ph.get("name").is_some() {
+        // A name of the wrong type was reported by the check, and is no second name.
+        let named = ph.get("name").is_some_and(|n| check::string(n).is_ok());
+        if named && phases.iter().any(|q| q.name == name) {
             p.at(&format!("{path}.name"), format!("{name:?} is used twice"));
         }
         let ramp = read(ph.get("ramp"), check::boolean).unwrap_or(false);
@@ -1079,5 +1081,18 @@ frist_open_in = "b"
                 "{phase}\n{errors:#?}"
             );
         }
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_reported_once() {
+        let text = "[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\nminimum_calls = 5\n[[phases]]\nname = 1\nduration = \"1s\"\nstatus = 200\n[[phases]]\nname = 1\nduration = \"1s\"\nstatus = \"200\"\n";
+        assert_eq!(
+            problems("s.toml", text),
+            [
+                "s.toml:7:8: phases[0].name: must be a string, got 1",
+                "s.toml:11:8: phases[1].name: must be a string, got 1",
+                "s.toml:13:10: phases[1].status: must be a whole number, got \"200\"",
+            ]
+        );
     }
 }
