@@ -55,7 +55,9 @@ pub enum Command {
         fusebox's layers (retry budget → circuit breaker → concurrency limit → timeout, as the \
         scenario's policy or --config says); prints each phase, a progress line per second and \
         every breaker transition as it happens; then prints a summary and the scenario's \
-        expectations, and writes report.json and chart.svg to --out.\n\n\
+        expectations, and writes report.json and chart.svg to --out (and, with --json FILE, \
+        the report to FILE too; --json - writes it to standard output, and everything else \
+        the drill prints then goes to standard error).\n\n\
         SCENARIO is a built-in name (see --list) or a scenario file (TOML; --show NAME prints a \
         built-in to start from). The exit code is 0 when every expectation held, 1 otherwise.\n\n\
         Scenario files (TOML): name, description, seed; [traffic] rate (calls/s), concurrency, \
@@ -85,13 +87,21 @@ pub enum Command {
         the trade-offs are printed as a table; with --incident, the settings that would have \
         opened within --within of the incident's start without opening outside it are marked.\n\n\
         CSV columns: timestamp,route,status,latency_ms (header optional; also error, latency_us, \
-        latency_s). Timestamps: RFC 3339 or seconds since the epoch, in order. Status: an HTTP \
+        latency_s; a leading byte-order mark is skipped). JSON lines: one object per line with \
+        the same fields. Timestamps: RFC 3339 or seconds since the epoch, in order, and no later \
+        than 2554-07-21T23:34:33.709551615Z (nor may a call's timestamp + latency be). Status: an HTTP \
         status, grpc:CODE, or timeout, reset, refused, connect_timeout, connect_error, tls, eof, \
         error, cancelled, circuit_open, overloaded, deadline_exceeded, rejected. Routes: a key of \
         a policy's routes (the first policy in the file that has it), or METHOD /path matched by \
-        them; calls on other routes are an error unless --default-policy names a policy for them.",
+        them; calls on other routes are an error unless --default-policy names a policy for them.\n\n\
+        A mistake in the calls file is reported as file:line:column, at the field in question. \
+        Each transition in the report names the calls-file line of the call that made it (for \
+        an opening, the call whose outcome tripped the breaker). --json FILE writes the full \
+        report as JSON; --json - writes it to standard output, and the text report then goes \
+        to standard error.",
         after_help = "Examples:\n  fusebox replay --config policies.toml --calls calls.csv\n  \
         fusebox replay --config policies.toml --calls calls.jsonl --json report.json\n  \
+        fusebox replay --config policies.toml --calls calls.csv --json - | jq '.breakers[0].transitions'\n  \
         fusebox replay --config policies.toml --calls calls.csv --sweep \\\n      \
         --failure-rate 30,50,70 --minimum-calls 10,20,50 --window count:50,time:30s \\\n      \
         --incident 2024-05-01T12:10:00Z..2024-05-01T12:25:00Z --within 30s"
@@ -100,7 +110,8 @@ pub enum Command {
     /// Validate a policy file (or a scenario) and print the effective settings.
     #[command(
         long_about = "Validate a policy file (or a drill scenario) and print the effective settings.\n\n\
-        Every problem is reported, each with its position and path, e.g. \
+        Every problem is reported, each with its position and path — unknown keys (with the \
+        nearest known key), values of the wrong type or out of range — e.g. \
         `policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within \
         1..=100, got 150`; the exit code is then 2. A file with [[phases]] is read as a \
         scenario, anything else as a policy file.\n\n\
@@ -139,6 +150,10 @@ pub struct DrillArgs {
     /// Where to write report.json and chart.svg [default: ./fusebox-drill-SCENARIO].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Also write the report as JSON to this file; `-` writes it to standard output, and
+    /// everything else the drill prints then goes to standard error.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Run on virtual time: the same sockets and layers, but the clock jumps over idle
     /// waits, so the drill takes a fraction of its length (for CI and quick looks).
     #[arg(long)]
@@ -172,7 +187,8 @@ pub struct ReplayArgs {
     /// The calls file's format [default: from the extension, else from the content].
     #[arg(long, value_enum)]
     pub format: Option<CallsFormat>,
-    /// Also write the full report as JSON to this file.
+    /// Also write the full report as JSON to this file; `-` writes it to standard output,
+    /// and the text report then goes to standard error.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Transitions listed per breaker.
@@ -269,6 +285,38 @@ impl From<Vec<InputError>> for Failure {
 fn stdout_line(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
+}
+
+fn stderr_line(line: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{line}");
+}
+
+/// Where `--json` writes: a file, or standard output (`-`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum JsonTo {
+    File(PathBuf),
+    Stdout,
+}
+
+impl JsonTo {
+    fn of(path: Option<&Path>) -> Option<JsonTo> {
+        path.map(|p| {
+            if p == Path::new("-") {
+                JsonTo::Stdout
+            } else {
+                JsonTo::File(p.to_owned())
+            }
+        })
+    }
+
+    /// Where the text output goes: standard error when the JSON has standard output.
+    fn say(to: Option<&JsonTo>) -> fn(&str) {
+        match to {
+            Some(JsonTo::Stdout) => stderr_line,
+            _ => stdout_line,
+        }
+    }
 }
 
 /// Runs a parsed command line: output to stdout, problems to stderr; returns the exit code.
@@ -381,7 +429,9 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
             .build()
     }
     .map_err(|e| Failure::Failed(format!("cannot start the runtime: {e}")))?;
-    let out: Out = Arc::new(stdout_line);
+    let json = JsonTo::of(a.json.as_deref());
+    let say = JsonTo::say(json.as_ref());
+    let out: Out = Arc::new(say);
     let report = runtime.block_on(async {
         tokio::select! {
             r = drill::run(&scenario, &options, out) => Some(r),
@@ -395,8 +445,11 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
         Some(Err(e)) => return Err(Failure::Failed(e.to_string())),
         Some(Ok(r)) => r,
     };
-    stdout_line(&drill::report::render_summary(&report));
-    write_reports(&report, &out_dir)?;
+    say(&drill::report::render_summary(&report));
+    write_reports_to(&report, &out_dir, say)?;
+    if let Some(to) = &json {
+        write_json(to, &report, say)?;
+    }
     if report.passed {
         Ok(())
     } else {
@@ -409,6 +462,15 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
 
 /// Writes `report.json` and `chart.svg` into `dir`.
 pub fn write_reports(report: &drill::report::DrillReport, dir: &Path) -> Result<(), Failure> {
+    write_reports_to(report, dir, stdout_line)
+}
+
+/// [`write_reports`], saying where they are with `say`.
+fn write_reports_to(
+    report: &drill::report::DrillReport,
+    dir: &Path,
+    say: fn(&str),
+) -> Result<(), Failure> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Failure::Failed(format!("cannot create {}: {e}", dir.display())))?;
     let json = serde_json::to_string_pretty(report)
@@ -418,7 +480,7 @@ pub fn write_reports(report: &drill::report::DrillReport, dir: &Path) -> Result<
         .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", json_path.display())))?;
     std::fs::write(&svg_path, crate::chart::render(report))
         .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", svg_path.display())))?;
-    stdout_line(&format!(
+    say(&format!(
         "report: {}\nchart:  {}",
         json_path.display(),
         svg_path.display()
@@ -442,6 +504,8 @@ fn run_replay(a: ReplayArgs) -> Result<(), Failure> {
             CallsFormat::Jsonl => Format::JsonLines,
         }),
     };
+    let json = JsonTo::of(a.json.as_deref());
+    let say = JsonTo::say(json.as_ref());
     let started = tokio::time::Instant::now();
     if a.sweep {
         let options = SweepOptions {
@@ -459,40 +523,51 @@ fn run_replay(a: ReplayArgs) -> Result<(), Failure> {
             threads: a.threads,
         };
         let report = sweep(&policies, &file, &data, &options)?;
-        stdout_line(&render_sweep(&report));
+        say(&render_sweep(&report));
         let elapsed = started.elapsed().as_secs_f64();
-        stdout_line(&format!(
+        say(&format!(
             "replayed {} calls × {} settings in {elapsed:.2} s",
             thousands(report.policy_calls),
             report.rows.len()
         ));
-        if let Some(path) = &a.json {
-            write_json(path, &report)?;
+        if let Some(to) = &json {
+            write_json(to, &report, say)?;
         }
         return Ok(());
     }
     let report = replay(&policies, &file, &data, &options)?;
     let elapsed = started.elapsed().as_secs_f64();
-    stdout_line(&format!(
+    say(&format!(
         "replay of {file} through {} ({:.2} s, {:.1} M calls/s)",
         a.config.display(),
         elapsed,
         report.calls as f64 / elapsed.max(1e-9) / 1e6
     ));
-    stdout_line(&render_report(&report, a.max_events));
-    if let Some(path) = &a.json {
-        write_json(path, &report)?;
+    say(&render_report(&report, a.max_events));
+    if let Some(to) = &json {
+        write_json(to, &report, say)?;
     }
     Ok(())
 }
 
-fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<(), Failure> {
+/// Writes `value` as JSON where `--json` said; `say` tells where a file went.
+fn write_json(to: &JsonTo, value: &impl serde::Serialize, say: fn(&str)) -> Result<(), Failure> {
     let json = serde_json::to_string_pretty(value)
         .map_err(|e| Failure::Failed(format!("cannot write the report: {e}")))?;
-    std::fs::write(path, json)
-        .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
-    stdout_line(&format!("report: {}", path.display()));
-    Ok(())
+    match to {
+        JsonTo::Stdout => {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{json}")
+                .and_then(|()| out.flush())
+                .map_err(|e| Failure::Failed(format!("cannot write to standard output: {e}")))
+        }
+        JsonTo::File(path) => {
+            std::fs::write(path, json)
+                .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
+            say(&format!("report: {}", path.display()));
+            Ok(())
+        }
+    }
 }
 
 fn run_check(a: CheckArgs) -> Result<(), Failure> {

@@ -40,26 +40,6 @@ use std::fmt::Write as _;
 use std::ops::Range;
 use std::time::Duration;
 
-/// A duration written the human way (`"750ms"`, `"2s"`, `"1m 30s"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Dur(pub Duration);
-
-impl<'de> serde::Deserialize<'de> for Dur {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = Dur;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a duration such as \"750ms\" or \"2s\"")
-            }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Dur, E> {
-                parse_duration(s).map(Dur).map_err(E::custom)
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
 /// Parses `"750ms"`, `"2s"`, `"1m 30s"`, `"0s"`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s.trim()).map_err(|e| {
@@ -300,15 +280,10 @@ pub fn load_policy_file(src: &SourceFile) -> Result<Policies, Vec<InputError>> {
     let yaml = is_yaml(src);
     let tree: Value = if yaml {
         serde_norway::from_str(src.text()).map_err(|e| {
-            let (line, col) = e
-                .location()
-                .map_or((1, 1), |l| (l.line() as u32, l.column() as u32));
-            vec![InputError::at(
-                src.name(),
-                line,
-                col,
-                format!("invalid YAML: {e}"),
-            )]
+            // At the byte the parser stopped at: its own line and column can lie past the
+            // text's end (a line after the last, at the end of a file).
+            let offset = e.location().map_or(0, |l| l.index());
+            vec![src.error_at(offset..offset, format!("invalid YAML: {e}"))]
         })?
     } else {
         toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?
@@ -463,8 +438,18 @@ pub(crate) fn policy_from_table(
     spec_of(&file, &tree, name).map_err(|e| locate_problems(src, &e, &prefix, table_path))
 }
 
-/// Splits a facade problem path (`policies.a.routes["GET /x.y"].timeout`) into segments.
-fn split_path(path: &str) -> Vec<String> {
+/// Splits a problem path (`policies.a.routes["GET /x.y"].timeout`, `phases[2].latency`)
+/// into segments: keys, and list indices as their digits.
+pub(crate) fn split_path(path: &str) -> Vec<String> {
+    /// Whether `s` opens a quoted key (`["`) or an index (`[2]`).
+    fn opens_segment(s: &str) -> bool {
+        s.starts_with("[\"")
+            || s.strip_prefix('[')
+                .and_then(|r| r.split_once(']'))
+                .is_some_and(|(index, _)| {
+                    !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+                })
+    }
     let mut out = Vec::new();
     let mut rest = path;
     while !rest.is_empty() {
@@ -494,7 +479,21 @@ fn split_path(path: &str) -> Vec<String> {
             rest = rest.strip_prefix('.').unwrap_or(rest);
             continue;
         }
-        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        if opens_segment(rest)
+            && let Some((index, after)) = rest[1..].split_once(']')
+        {
+            out.push(index.to_owned());
+            rest = after.strip_prefix('.').unwrap_or(after);
+            continue;
+        }
+        // A plain key, up to a dot or a bracket that opens the next segment (a bracket
+        // that opens none is part of the key: a name may hold one).
+        let end = rest
+            .char_indices()
+            .skip(1)
+            .find(|&(i, c)| c == '.' || (c == '[' && opens_segment(&rest[i..])))
+            .map_or(rest.len(), |(i, _)| i);
+        let end = if rest.starts_with('.') { 0 } else { end };
         out.push(rest[..end].to_owned());
         rest = &rest[end..];
         rest = rest.strip_prefix('.').unwrap_or(rest);
@@ -502,29 +501,37 @@ fn split_path(path: &str) -> Vec<String> {
     out
 }
 
-/// Where a path of keys sits in a TOML source: the deepest key found (its value, for a
-/// leaf, unless `at_key`).
-fn toml_span(text: &str, segments: &[String], at_key: bool) -> Option<Range<usize>> {
-    use toml::de::{DeTable, DeValue};
+/// Where a path of keys (and list indices) sits in a TOML source: the deepest part
+/// found — a leaf's value (its key, with `at_key`), a table's key, a list item's value.
+pub(crate) fn toml_span(text: &str, segments: &[String], at_key: bool) -> Option<Range<usize>> {
+    use toml::de::{DeArray, DeTable, DeValue};
     let doc = DeTable::parse(text).ok()?;
-    let mut table: &DeTable<'_> = doc.get_ref();
+    let (mut table, mut list): (Option<&DeTable<'_>>, Option<&DeArray<'_>>) =
+        (Some(doc.get_ref()), None);
     let mut found = None;
     for (i, seg) in segments.iter().enumerate() {
-        let Some((key, value)) = table.iter().find(|(k, _)| k.get_ref().as_ref() == seg) else {
-            break;
-        };
-        // A leaf's position is its value; a table's is its key.
-        found = Some(
-            if i + 1 == segments.len() && !at_key && !matches!(value.get_ref(), DeValue::Table(_)) {
-                value.span()
-            } else {
-                key.span()
+        let (key, value) = match (table, list) {
+            (Some(t), _) => match t.iter().find(|(k, _)| k.get_ref().as_ref() == seg) {
+                Some((k, v)) => (Some(k.span()), v),
+                None => break,
             },
-        );
-        match value.get_ref() {
-            DeValue::Table(t) => table = t,
-            _ => break,
-        }
+            (None, Some(l)) => match seg.parse::<usize>().ok().and_then(|n| l.get(n)) {
+                Some(v) => (None, v),
+                None => break,
+            },
+            (None, None) => break,
+        };
+        let leaf =
+            i + 1 == segments.len() && !at_key && !matches!(value.get_ref(), DeValue::Table(_));
+        found = Some(match key {
+            Some(k) if !leaf => k,
+            _ => value.span(),
+        });
+        (table, list) = match value.get_ref() {
+            DeValue::Table(t) => (Some(t), None),
+            DeValue::Array(a) => (None, Some(a)),
+            _ => (None, None),
+        };
     }
     found
 }
@@ -541,12 +548,12 @@ fn yaml_offset(text: &str, segments: &[String]) -> Option<usize> {
         ];
         let hit = candidates
             .iter()
-            .filter_map(|c| text[from..].find(c.as_str()).map(|p| from + p))
+            .filter_map(|c| text[from..].find(c.as_str()).map(|p| (from + p, c.len())))
             .min();
         match hit {
-            Some(p) => {
+            Some((p, len)) => {
                 found = Some(p);
-                from = p + seg.len();
+                from = p + len;
             }
             None => break,
         }
@@ -557,7 +564,7 @@ fn yaml_offset(text: &str, segments: &[String]) -> Option<usize> {
 /// The facade's problems, each at its position in `src`. Paths under `prefix` (the
 /// synthetic `policies.NAME` of a scenario's policy) are shown and looked up under
 /// `shown` instead.
-fn locate_problems(
+pub(crate) fn locate_problems(
     src: &SourceFile,
     e: &ConfigError,
     prefix: &[&str],
@@ -766,6 +773,40 @@ mod tests {
             ["policies", "a", "routes", "GET /x.y", "timeout"]
         );
         assert_eq!(split_path("defaults.breaker"), ["defaults", "breaker"]);
+        // List indices, and brackets that open no segment (a name may hold one).
+        assert_eq!(
+            split_path("phases[2].responses[0].latency"),
+            ["phases", "2", "responses", "0", "latency"]
+        );
+        assert_eq!(
+            split_path("policies.a[b.breaker"),
+            ["policies", "a[b", "breaker"]
+        );
+        assert_eq!(split_path("policies.[.x]"), ["policies", "[", "x]"]);
+    }
+
+    #[test]
+    fn yaml_problems_are_located_past_quoted_keys_and_at_the_end() {
+        // A quoted key of characters of several bytes before the problem.
+        let errors = load(
+            "p.yaml",
+            "policies:\n  \"\u{e9}t\u{e9}\":\n    breaker:\n      minimum_calls: 0\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            errors,
+            ["p.yaml:4:7: policies.\u{e9}t\u{e9}.breaker.minimum_calls: must be at least 1, got 0"]
+        );
+        // A syntax error at the end of the file is on its last line.
+        let errors = load(
+            "p.yaml",
+            "policies:\n  a:\n    breaker:\n      count_window: 20\n      m",
+        )
+        .unwrap_err();
+        assert!(
+            errors[0].starts_with("p.yaml:5:8: invalid YAML"),
+            "{errors:?}"
+        );
     }
 
     #[test]

@@ -11,6 +11,10 @@ use std::fmt;
 use std::ops::Range;
 use std::path::Path;
 
+/// The UTF-8 byte-order mark that some tools (spreadsheets, editors on Windows) write at
+/// the start of a text file. Every reader skips it: it is not part of the first line.
+pub const BOM: &str = "\u{feff}";
+
 /// A problem in an input file or flag: where it is and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputError {
@@ -70,6 +74,14 @@ impl InputError {
     pub fn reason(&self) -> &str {
         &self.reason
     }
+
+    /// The same problem at another column of its line.
+    pub(crate) fn with_column(mut self, column: u32) -> Self {
+        if self.line.is_some() {
+            self.column = Some(column);
+        }
+        self
+    }
 }
 
 impl fmt::Display for InputError {
@@ -96,25 +108,43 @@ pub struct SourceFile {
 }
 
 impl SourceFile {
-    /// Reads `path` (UTF-8 text).
+    /// Reads `path` (UTF-8 text, with or without a byte-order mark).
     pub fn read(path: &Path) -> Result<SourceFile, InputError> {
         let name = path.display().to_string();
         let bytes = std::fs::read(path)
             .map_err(|e| InputError::in_file(&name, format!("cannot read the file: {e}")))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let offset = e.utf8_error().valid_up_to();
-            let valid = &e.as_bytes()[..offset];
-            let line = 1 + valid.iter().filter(|&&b| b == b'\n').count() as u32;
-            let column = 1 + valid.iter().rev().take_while(|&&b| b != b'\n').count() as u32;
-            InputError::at(&name, line, column, "the file is not UTF-8 text")
-        })?;
-        Ok(SourceFile::new(name, text))
+        SourceFile::from_bytes(name, bytes)
+    }
+
+    /// A file from its bytes, which must be UTF-8 text (with or without a byte-order
+    /// mark); `name` is what errors call it.
+    pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Result<SourceFile, InputError> {
+        let name = name.into();
+        match String::from_utf8(bytes) {
+            Ok(text) => Ok(SourceFile::new(name, text)),
+            Err(e) => {
+                let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+                let valid = valid.strip_prefix(BOM.as_bytes()).unwrap_or(valid);
+                let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
+                let last = valid.rsplit(|&b| b == b'\n').next().unwrap_or_default();
+                Err(InputError::at(
+                    &name,
+                    saturating_u32(line),
+                    saturating_u32(1 + chars(last)),
+                    "the file is not UTF-8 text",
+                ))
+            }
+        }
     }
 
     /// A file from text already in memory (built-in scenarios, tests); `name` is what
-    /// errors call it.
+    /// errors call it. A leading byte-order mark ([`BOM`]) is dropped, so that positions
+    /// on the first line count from its first character.
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> SourceFile {
-        let text = text.into();
+        let mut text = text.into();
+        if text.starts_with(BOM) {
+            text.drain(..BOM.len());
+        }
         let mut line_starts = vec![0];
         line_starts.extend(
             text.bytes()
@@ -147,11 +177,8 @@ impl SourceFile {
             Err(i) => i - 1,
         };
         let start = self.line_starts[line];
-        let column = self
-            .text
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
-        (line as u32 + 1, column as u32 + 1)
+        let column = chars(&self.text.as_bytes()[start..offset]);
+        (saturating_u32(line + 1), saturating_u32(column + 1))
     }
 
     /// An error at the start of `span`.
@@ -175,6 +202,17 @@ impl SourceFile {
     }
 }
 
+/// The characters in `bytes`: UTF-8 text, or a slice of it that may end inside a
+/// character (a byte offset from a parser), whose bytes are counted up to it.
+pub(crate) fn chars(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b & 0xc0 != 0x80).count()
+}
+
+/// `n` as a line or column number, at most `u32::MAX`.
+pub(crate) fn saturating_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +232,14 @@ mod tests {
         assert_eq!(e.to_string(), "a.toml:2:1: bad");
         assert_eq!(f.error("empty").to_string(), "a.toml: empty");
         assert_eq!(InputError::new("no file").to_string(), "no file");
+    }
+
+    #[test]
+    fn files_that_are_not_utf8_are_located_in_characters_past_a_byte_order_mark() {
+        let bytes = b"\xef\xbb\xbfa = 1\nb = \"\xc3\xa9\xff\"\n".to_vec();
+        let e = SourceFile::from_bytes("f.toml", bytes).unwrap_err();
+        assert_eq!(e.to_string(), "f.toml:2:7: the file is not UTF-8 text");
+        let f = SourceFile::from_bytes("f.toml", b"\xef\xbb\xbfa = 1\n".to_vec()).unwrap();
+        assert_eq!((f.text(), f.position(0)), ("a = 1\n", (1, 1)));
     }
 }

@@ -72,12 +72,20 @@
 //! on a store (`--store`), a half-open period is the fleet's: its calls are every
 //! replica's probes in that period's epoch, and `min_calls_to_open` counts the calls every
 //! replica admitted (one window cannot open on fewer, whichever replicas made them).
+//!
+//! Reading a scenario reports every problem at once, each at its path and position, as
+//! policy files are checked ([`fusebox::config::check`]): unknown keys (with the nearest
+//! known key), values of the wrong type or shape, values out of range, settings that do
+//! not fit together.
 
-use crate::config::{Dur, PolicySpec, fmt_duration, policy_from_table};
+use crate::config::{
+    PolicySpec, fmt_duration, locate_problems, policy_from_table, split_path, toml_span,
+};
 use crate::input::{InputError, SourceFile};
-use serde::Deserialize;
+use fusebox::config::check::{self, Field, Kind, Node, check_table};
+use fusebox_classify::Validator;
+use std::fmt;
 use std::time::Duration;
-use toml::Spanned;
 
 /// The built-in scenarios: name, TOML. The first is the default.
 pub const BUILTIN: [(&str, &str); 5] = [
@@ -306,442 +314,516 @@ impl Scenario {
     }
 }
 
-type Sp<T> = Spanned<T>;
+const U32: Kind = Kind::Uint(u32::MAX as u64);
+const U64: Kind = Kind::Uint(u64::MAX);
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawScenario {
-    name: Option<Sp<String>>,
-    description: Option<String>,
-    seed: Option<u64>,
-    traffic: Sp<RawTraffic>,
-    policy: Option<Sp<toml::Table>>,
-    phases: Sp<Vec<Sp<RawPhase>>>,
-    #[serde(default)]
-    expect: Option<Sp<RawExpect>>,
-}
+/// What a scenario file may contain: keys checked, with every problem reported at its
+/// path, as policy files are ([`fusebox::config::check`]).
+const SCENARIO: &[Field] = &[
+    ("name", Kind::Str),
+    ("description", Kind::Str),
+    ("seed", U64),
+    ("traffic", Kind::Table(TRAFFIC)),
+    // A policy file's [policies.NAME] table: checked by the policy file's own rules.
+    ("policy", Kind::Custom),
+    ("phases", Kind::List(PHASE)),
+    ("expect", Kind::Table(EXPECT)),
+];
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTraffic {
-    rate: Sp<f64>,
-    concurrency: Option<Sp<usize>>,
-    method: Option<Sp<String>>,
-    path: Option<Sp<String>>,
-}
+const TRAFFIC: &[Field] = &[
+    ("rate", Kind::Float),
+    ("concurrency", U64),
+    ("method", Kind::Str),
+    ("path", Kind::Str),
+];
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPhase {
-    name: Sp<String>,
-    duration: Sp<Dur>,
-    #[serde(default)]
-    ramp: bool,
-    status: Option<Sp<u16>>,
-    reset: Option<bool>,
-    latency: Option<Sp<RawLatency>>,
-    responses: Option<Sp<Vec<Sp<RawResponse>>>>,
-}
+const PHASE: &[Field] = &[
+    ("name", Kind::Str),
+    ("duration", Kind::Duration),
+    ("ramp", Kind::Bool),
+    ("status", U64),
+    ("reset", Kind::Bool),
+    // A duration, { min, max } or { p50, p99 }.
+    ("latency", Kind::Custom),
+    ("responses", Kind::List(RESPONSE)),
+];
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawResponse {
-    #[serde(default = "one")]
-    weight: u32,
-    status: Option<Sp<u16>>,
-    reset: Option<bool>,
-    latency: Option<Sp<RawLatency>>,
-}
+const RESPONSE: &[Field] = &[
+    ("weight", U32),
+    ("status", U64),
+    ("reset", Kind::Bool),
+    ("latency", Kind::Custom),
+];
 
-fn one() -> u32 {
-    1
-}
+const UNIFORM: &[Field] = &[("min", Kind::Duration), ("max", Kind::Duration)];
+const LOG_NORMAL: &[Field] = &[("p50", Kind::Duration), ("p99", Kind::Duration)];
+const LATENCY_TABLE: &[Field] = &[
+    ("min", Kind::Duration),
+    ("max", Kind::Duration),
+    ("p50", Kind::Duration),
+    ("p99", Kind::Duration),
+];
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawLatency {
-    Fixed(Dur),
-    Range { min: Dur, max: Dur },
-    Percentiles { p50: Dur, p99: Dur },
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawExpect {
-    opens: Option<bool>,
-    open_reason: Option<Sp<OneOrMany>>,
-    first_open_in: Option<Sp<String>>,
-    #[serde(default)]
-    no_open_in: Vec<Sp<String>>,
-    closed_at_end: Option<bool>,
-    max_half_open_calls: Option<u32>,
-    half_open_calls: Option<u32>,
-    min_calls_to_open: Option<u64>,
-    max_calls_to_open: Option<u64>,
-    max_dependency_in_flight: Option<usize>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
+const EXPECT: &[Field] = &[
+    ("opens", Kind::Bool),
+    // A reason, or a list of them.
+    ("open_reason", Kind::Custom),
+    ("first_open_in", Kind::Str),
+    ("no_open_in", Kind::Strs),
+    ("closed_at_end", Kind::Bool),
+    ("max_half_open_calls", U32),
+    ("half_open_calls", U32),
+    ("min_calls_to_open", U64),
+    ("max_calls_to_open", U64),
+    ("max_dependency_in_flight", U64),
+];
 
 const REASONS: [&str; 3] = ["failure_rate", "slow_call_rate", "consecutive_failures"];
 
-/// Reads and validates a scenario, reporting every problem. `policy` replaces the
+/// The longest latency a response may have.
+const MAX_LATENCY: Duration = Duration::from_secs(600);
+
+/// A scenario's problems, each at its place in the file.
+struct Problems<'s> {
+    src: &'s SourceFile,
+    found: Vec<InputError>,
+}
+
+impl Problems<'_> {
+    /// `path: rule`, at the value `path` names (at the table it would be in, if it is
+    /// missing; at the file, if there is none).
+    fn at(&mut self, path: &str, rule: impl fmt::Display) {
+        self.place(path, format!("{path}: {rule}"));
+    }
+
+    /// `reason`, at the value `place` names.
+    fn place(&mut self, place: &str, reason: String) {
+        let error = match toml_span(self.src.text(), &split_path(place), false) {
+            Some(span) => self.src.error_at(span, reason),
+            None => self.src.error(reason),
+        };
+        self.found.push(error);
+    }
+
+    /// `reason`, about the whole file.
+    fn file(&mut self, reason: impl Into<String>) {
+        self.found.push(self.src.error(reason));
+    }
+
+    /// Checks the table `node` at `path` against `fields`: every unknown key (with the
+    /// nearest known one) and every value of the wrong type.
+    fn check(&mut self, node: &Node, path: &str, fields: &[Field]) {
+        let mut v = Validator::new();
+        check_table(node, path, fields, &mut v);
+        if let Err(e) = v.finish(()) {
+            self.found.extend(locate_problems(self.src, &e, &[], &[]));
+        }
+    }
+}
+
+/// A checked value of `node` read by `read`: `None` when it is absent, or of the wrong
+/// type (a problem the check of its table reported).
+fn read<T>(node: Option<&Node>, read: impl Fn(&Node) -> Result<T, String>) -> Option<T> {
+    node.and_then(|n| read(n).ok())
+}
+
+/// Reads and validates a scenario, reporting every problem, each with its path and
+/// position: unknown keys (with the nearest known key), values of the wrong type, values
+/// out of range, and settings that do not fit together. `policy` replaces the
 /// scenario's own `[policy]` (from `--config`).
 pub fn load_scenario(
     src: &SourceFile,
     policy: Option<PolicySpec>,
 ) -> Result<Scenario, Vec<InputError>> {
-    let raw: RawScenario = toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?;
-    let mut errors = Vec::new();
-    let name = raw
-        .name
-        .as_ref()
-        .map(|n| n.get_ref().clone())
-        .unwrap_or_else(|| {
-            std::path::Path::new(src.name())
-                .file_stem()
-                .map_or("scenario".into(), |s| s.to_string_lossy().into_owned())
-        });
-
-    // Traffic.
-    let t = raw.traffic.get_ref();
-    let rate = *t.rate.get_ref();
-    if !(rate.is_finite() && rate > 0.0 && rate <= 20_000.0) {
-        errors.push(src.error_at(
-            t.rate.span(),
-            format!(
-                "traffic.rate: must be within 0 (exclusive)..=20000 calls per second, got {rate}"
-            ),
-        ));
-    }
-    let concurrency = t.concurrency.as_ref().map_or(64, |c| *c.get_ref());
-    if let Some(c) = &t.concurrency
-        && !(1..=10_000).contains(c.get_ref())
-    {
-        errors.push(src.error_at(
-            c.span(),
-            format!(
-                "traffic.concurrency: must be within 1..=10000, got {}",
-                c.get_ref()
-            ),
-        ));
-    }
-    let method = match &t.method {
-        Some(m) => match http::Method::from_bytes(m.get_ref().as_bytes()) {
-            Ok(m) => m,
-            Err(_) => {
-                errors.push(src.error_at(
-                    m.span(),
-                    format!("traffic.method: {:?} is not an HTTP method", m.get_ref()),
-                ));
-                http::Method::GET
-            }
-        },
-        None => http::Method::GET,
+    let root: Node = toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?;
+    let mut p = Problems {
+        src,
+        found: Vec::new(),
     };
-    let path = t
-        .path
-        .as_ref()
-        .map_or("/".to_owned(), |p| p.get_ref().clone());
-    if let Some(p) = &t.path
-        && (!p.get_ref().starts_with('/') || p.get_ref().parse::<http::Uri>().is_err())
-    {
-        errors.push(src.error_at(
-            p.span(),
-            format!(
-                "traffic.path: {:?} must be a path starting with /",
-                p.get_ref()
-            ),
-        ));
-    }
+    p.check(&root, "", SCENARIO);
+    let name = read(root.get("name"), check::string).unwrap_or_else(|| {
+        std::path::Path::new(src.name())
+            .file_stem()
+            .map_or("scenario".into(), |s| s.to_string_lossy().into_owned())
+    });
+    let traffic = read_traffic(&mut p, root.get("traffic"));
 
     // Policy.
     let policy = match policy {
-        Some(p) => Some(p),
-        None => match &raw.policy {
-            Some(p) => match policy_from_table(src, &["policy"], &name, p.get_ref()) {
-                Ok(p) => Some(p),
-                Err(mut e) => {
-                    errors.append(&mut e);
-                    None
+        Some(policy) => Some(policy),
+        None => match root.get("policy") {
+            Some(Node::Map(_)) => {
+                let table = toml::from_str::<toml::Table>(src.text())
+                    .ok()
+                    .and_then(|mut t| t.remove("policy"))
+                    .and_then(|v| match v {
+                        toml::Value::Table(t) => Some(t),
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                match policy_from_table(src, &["policy"], &name, &table) {
+                    Ok(policy) => Some(policy),
+                    Err(e) => {
+                        p.found.extend(e);
+                        None
+                    }
                 }
-            },
+            }
+            Some(other) => {
+                p.at(
+                    "policy",
+                    format!(
+                        "must be a table (the keys of a policy file's [policies.NAME]), got {}",
+                        other.kind()
+                    ),
+                );
+                None
+            }
             None => {
-                errors.push(src.error(
-                    "no [policy]: add one (the keys of a policy file's [policies.NAME]) or pass --config",
-                ));
+                p.file("no [policy]: add one (the keys of a policy file's [policies.NAME]) or pass --config");
                 None
             }
         },
     };
-    if let Some(p) = &policy
-        && p.breaker.is_none()
+    if let Some(policy) = &policy
+        && policy.breaker.is_none()
     {
-        errors.push(src.error(format!(
+        p.file(format!(
             "policy {:?} has no breaker: a drill exercises one (add [policy.breaker])",
-            p.name
-        )));
-    }
-
-    // Phases.
-    let mut phases = Vec::new();
-    if raw.phases.get_ref().is_empty() {
-        errors.push(src.error_at(raw.phases.span(), "phases: at least one phase is needed"));
-    }
-    for (i, ph) in raw.phases.get_ref().iter().enumerate() {
-        let p = ph.get_ref();
-        let path = format!("phases[{i}]");
-        let duration = p.duration.get_ref().0;
-        if duration.is_zero() {
-            errors.push(src.error_at(
-                p.duration.span(),
-                format!("{path}.duration: must be greater than zero"),
-            ));
-        }
-        if phases.iter().any(|q: &Phase| &q.name == p.name.get_ref()) {
-            errors.push(src.error_at(
-                p.name.span(),
-                format!("{path}.name: {:?} is used twice", p.name.get_ref()),
-            ));
-        }
-        if p.ramp && i == 0 {
-            errors.push(src.error_at(
-                ph.span(),
-                format!("{path}.ramp: the first phase has no phase before it to ramp from"),
-            ));
-        }
-        let mut responses = Vec::new();
-        match (&p.responses, p.status.is_some() || p.reset.is_some()) {
-            (Some(_), true) => errors.push(src.error_at(
-                ph.span(),
-                format!("{path}: give either status/reset (and latency) or responses, not both"),
-            )),
-            (None, false) => errors.push(src.error_at(
-                ph.span(),
-                format!("{path}: say what the dependency does: status = 200, reset = true, or responses = [...]"),
-            )),
-            (None, true) => {
-                if let Some(r) = response(
-                    src,
-                    &path,
-                    ph.span(),
-                    1,
-                    p.status.as_ref(),
-                    p.reset,
-                    p.latency.as_ref(),
-                    &mut errors,
-                ) {
-                    responses.push(r);
-                }
-            }
-            (Some(list), false) => {
-                if list.get_ref().is_empty() {
-                    errors.push(src.error_at(list.span(), format!("{path}.responses: empty")));
-                }
-                if p.latency.is_some() {
-                    errors.push(src.error_at(
-                        ph.span(),
-                        format!("{path}.latency: with responses, each response has its own latency"),
-                    ));
-                }
-                for (j, r) in list.get_ref().iter().enumerate() {
-                    let rr = r.get_ref();
-                    let rpath = format!("{path}.responses[{j}]");
-                    if rr.weight == 0 {
-                        errors.push(src.error_at(
-                            r.span(),
-                            format!("{rpath}.weight: must be at least 1"),
-                        ));
-                    }
-                    if let Some(x) = response(
-                        src,
-                        &rpath,
-                        r.span(),
-                        rr.weight,
-                        rr.status.as_ref(),
-                        rr.reset,
-                        rr.latency.as_ref(),
-                        &mut errors,
-                    ) {
-                        responses.push(x);
-                    }
-                }
-            }
-        }
-        phases.push(Phase {
-            name: p.name.get_ref().clone(),
-            duration,
-            ramp: p.ramp,
-            responses,
-        });
-    }
-    let total: Duration = phases.iter().map(|p| p.duration).sum();
-    if total > Duration::from_secs(3600) {
-        errors.push(src.error_at(
-            raw.phases.span(),
-            format!(
-                "phases: {} in all; a drill lasts at most an hour",
-                fmt_duration(total)
-            ),
+            policy.name
         ));
     }
 
-    // Expectations.
-    let mut expect = Expect::default();
-    if let Some(e) = &raw.expect {
-        let e = e.get_ref();
-        let phase_named = |n: &Sp<String>, field: &str, errors: &mut Vec<InputError>| {
-            if !phases.iter().any(|p| &p.name == n.get_ref()) {
-                errors.push(src.error_at(
-                    n.span(),
-                    format!(
-                        "expect.{field}: no phase named {:?} (phases: {})",
-                        n.get_ref(),
-                        phases.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ")
-                    ),
-                ));
-            }
-        };
-        if let Some(n) = &e.first_open_in {
-            phase_named(n, "first_open_in", &mut errors);
-            expect.first_open_in = Some(n.get_ref().clone());
-        }
-        for n in &e.no_open_in {
-            phase_named(n, "no_open_in", &mut errors);
-            expect.no_open_in.push(n.get_ref().clone());
-        }
-        if let Some(r) = &e.open_reason {
-            let list = match r.get_ref() {
-                OneOrMany::One(s) => vec![s.clone()],
-                OneOrMany::Many(v) => v.clone(),
-            };
-            for reason in &list {
-                if !REASONS.contains(&reason.as_str()) {
-                    errors.push(src.error_at(
-                        r.span(),
-                        format!(
-                            "expect.open_reason: {reason:?} is not a reason to open (one of: {})",
-                            REASONS.join(", ")
-                        ),
-                    ));
-                }
-            }
-            expect.open_reason = Some(list);
-        }
-        expect.opens = e.opens;
-        expect.closed_at_end = e.closed_at_end;
-        expect.max_half_open_calls = e.max_half_open_calls;
-        expect.half_open_calls = e.half_open_calls;
-        expect.min_calls_to_open = e.min_calls_to_open;
-        expect.max_calls_to_open = e.max_calls_to_open;
-        expect.max_dependency_in_flight = e.max_dependency_in_flight;
-        if (e.min_calls_to_open.is_some() || e.max_calls_to_open.is_some())
-            && e.first_open_in.is_none()
-        {
-            errors.push(src.error_at(
-                raw.expect.as_ref().map_or(0..0, Spanned::span),
-                "expect: min_calls_to_open / max_calls_to_open count from the start of first_open_in: set it",
-            ));
-        }
-    }
+    let phases = read_phases(&mut p, root.get("phases"));
+    let expect = match root.get("expect") {
+        Some(e @ Node::Map(_)) => read_expect(&mut p, e, &phases),
+        _ => Expect::default(),
+    };
 
-    match policy {
-        Some(policy) if errors.is_empty() => Ok(Scenario {
+    match (policy, traffic) {
+        (Some(policy), Some(traffic)) if p.found.is_empty() => Ok(Scenario {
             name,
-            description: raw.description.unwrap_or_default(),
-            seed: raw.seed.unwrap_or(1),
-            traffic: Traffic {
-                rate,
-                concurrency,
-                method,
-                path,
-            },
+            description: read(root.get("description"), check::string).unwrap_or_default(),
+            seed: read(root.get("seed"), |n| check::uint(n, u64::MAX)).unwrap_or(1),
+            traffic,
             policy,
             phases,
             expect,
         }),
-        _ => Err(errors),
+        _ => Err(p.found),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn response(
-    src: &SourceFile,
-    path: &str,
-    span: std::ops::Range<usize>,
-    weight: u32,
-    status: Option<&Sp<u16>>,
-    reset: Option<bool>,
-    latency: Option<&Sp<RawLatency>>,
-    errors: &mut Vec<InputError>,
-) -> Option<ResponseSpec> {
+/// `[traffic]`: `None` if it is missing or wrong (reported).
+fn read_traffic(p: &mut Problems<'_>, node: Option<&Node>) -> Option<Traffic> {
+    let Some(t) = node else {
+        p.file("no [traffic]: add one with the rate of calls, e.g. rate = 100 (calls per second)");
+        return None;
+    };
+    // Not a table: reported by the check.
+    t.as_map()?;
+    let rate = match t.get("rate") {
+        None => {
+            p.at("traffic.rate", "is required: calls started per second");
+            None
+        }
+        Some(n) => check::float(n).ok(),
+    };
+    if let Some(rate) = rate
+        && !(rate.is_finite() && rate > 0.0 && rate <= 20_000.0)
+    {
+        p.at(
+            "traffic.rate",
+            format!("must be within 0 (exclusive)..=20000 calls per second, got {rate}"),
+        );
+    }
+    let concurrency = read(t.get("concurrency"), |n| check::uint(n, u64::MAX));
+    if let Some(c) = concurrency
+        && !(1..=10_000).contains(&c)
+    {
+        p.at(
+            "traffic.concurrency",
+            format!("must be within 1..=10000, got {c}"),
+        );
+    }
+    let method = match read(t.get("method"), check::string) {
+        Some(m) => match http::Method::from_bytes(m.as_bytes()) {
+            Ok(m) => Some(m),
+            Err(_) => {
+                p.at("traffic.method", format!("{m:?} is not an HTTP method"));
+                None
+            }
+        },
+        None => Some(http::Method::GET),
+    };
+    let path = read(t.get("path"), check::string).unwrap_or_else(|| "/".to_owned());
+    if !path.starts_with('/') || path.parse::<http::Uri>().is_err() {
+        p.at(
+            "traffic.path",
+            format!("{path:?} must be a path starting with /"),
+        );
+    }
+    Some(Traffic {
+        rate: rate?,
+        concurrency: usize::try_from(concurrency.unwrap_or(64)).unwrap_or(usize::MAX),
+        method: method?,
+        path,
+    })
+}
+
+/// `[[phases]]`, each as far as it is right (the wrong parts are reported).
+fn read_phases(p: &mut Problems<'_>, node: Option<&Node>) -> Vec<Phase> {
+    let mut phases: Vec<Phase> = Vec::new();
+    let items = match node {
+        Some(Node::List(items)) => items,
+        // Not a list: reported by the check.
+        Some(_) => return phases,
+        None => {
+            p.file("no [[phases]]: add at least one, e.g. [[phases]] name = \"healthy\" duration = \"5s\" status = 200");
+            return phases;
+        }
+    };
+    if items.is_empty() {
+        p.at("phases", "at least one phase is needed");
+    }
+    for (i, ph) in items.iter().enumerate() {
+        let path = format!("phases[{i}]");
+        // Not a table: reported by the check.
+        if ph.as_map().is_none() {
+            continue;
+        }
+        let name = match ph.get("name") {
+            None => {
+                p.at(&format!("{path}.name"), "is required");
+                String::new()
+            }
+            Some(n) => check::string(n).unwrap_or_default(),
+        };
+        let duration = match ph.get("duration") {
+            None => {
+                p.at(&format!("{path}.duration"), "is required, e.g. \"5s\"");
+                Duration::ZERO
+            }
+            Some(d) => match check::duration(d) {
+                Ok(d) if d.is_zero() => {
+                    p.at(&format!("{path}.duration"), "must be greater than zero");
+                    d
+                }
+                Ok(d) => d,
+                Err(_) => Duration::ZERO,
+            },
+        };
+        // A name of the wrong type was reported by the check, and is no second name.
+        let named = ph.get("name").is_some_and(|n| check::string(n).is_ok());
+        if named && phases.iter().any(|q| q.name == name) {
+            p.at(&format!("{path}.name"), format!("{name:?} is used twice"));
+        }
+        let ramp = read(ph.get("ramp"), check::boolean).unwrap_or(false);
+        if ramp && i == 0 {
+            p.place(
+                &path,
+                format!("{path}.ramp: the first phase has no phase before it to ramp from"),
+            );
+        }
+        let mut responses = Vec::new();
+        let single = ph.get("status").is_some() || ph.get("reset").is_some();
+        match (ph.get("responses"), single) {
+            (Some(_), true) => p.place(
+                &path,
+                format!("{path}: give either status/reset (and latency) or responses, not both"),
+            ),
+            (None, false) => p.place(
+                &path,
+                format!("{path}: say what the dependency does: status = 200, reset = true, or responses = [...]"),
+            ),
+            (None, true) => responses.extend(response(p, &path, 1, ph)),
+            (Some(Node::List(list)), false) => {
+                if list.is_empty() {
+                    p.at(&format!("{path}.responses"), "empty");
+                }
+                if ph.get("latency").is_some() {
+                    p.place(
+                        &path,
+                        format!(
+                            "{path}.latency: with responses, each response has its own latency"
+                        ),
+                    );
+                }
+                let mut total: u32 = 0;
+                for (j, r) in list.iter().enumerate() {
+                    let rpath = format!("{path}.responses[{j}]");
+                    // Not a table: reported by the check.
+                    if r.as_map().is_none() {
+                        continue;
+                    }
+                    let weight = read(r.get("weight"), |n| check::uint(n, u64::from(u32::MAX)))
+                        .map_or(1, |w| u32::try_from(w).unwrap_or(u32::MAX));
+                    if weight == 0 {
+                        p.place(&rpath, format!("{rpath}.weight: must be at least 1"));
+                    }
+                    match total.checked_add(weight) {
+                        Some(t) => total = t,
+                        None => {
+                            p.place(
+                                &rpath,
+                                format!(
+                                    "{rpath}.weight: the weights of {path}.responses add up to more than {}",
+                                    u32::MAX
+                                ),
+                            );
+                            total = u32::MAX;
+                        }
+                    }
+                    responses.extend(response(p, &rpath, weight, r));
+                }
+            }
+            // Not a list: reported by the check.
+            (Some(_), false) => {}
+        }
+        phases.push(Phase {
+            name,
+            duration,
+            ramp,
+            responses,
+        });
+    }
+    let total = phases
+        .iter()
+        .fold(Duration::ZERO, |t, ph| t.saturating_add(ph.duration));
+    if total > Duration::from_secs(3600) {
+        p.at(
+            "phases",
+            format!(
+                "{} in all; a drill lasts at most an hour",
+                fmt_duration(total)
+            ),
+        );
+    }
+    phases
+}
+
+/// `[expect]`; phase names are checked against `phases`.
+fn read_expect(p: &mut Problems<'_>, e: &Node, phases: &[Phase]) -> Expect {
+    let mut expect = Expect::default();
+    let phase_named = |p: &mut Problems<'_>, name: &str, place: &str, field: &str| {
+        if !phases.iter().any(|ph| ph.name == name) {
+            p.place(
+                place,
+                format!(
+                    "expect.{field}: no phase named {name:?} (phases: {})",
+                    phases
+                        .iter()
+                        .map(|ph| ph.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    };
+    if let Some(name) = read(e.get("first_open_in"), check::string) {
+        phase_named(p, &name, "expect.first_open_in", "first_open_in");
+        expect.first_open_in = Some(name);
+    }
+    for (j, name) in read(e.get("no_open_in"), check::strings)
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+    {
+        phase_named(p, &name, &format!("expect.no_open_in[{j}]"), "no_open_in");
+        expect.no_open_in.push(name);
+    }
+    if let Some(r) = e.get("open_reason") {
+        let list = match r {
+            Node::Str(s) => Some(vec![s.clone()]),
+            other => check::strings(other).ok(),
+        };
+        match list {
+            Some(list) => {
+                for reason in &list {
+                    if !REASONS.contains(&reason.as_str()) {
+                        p.at(
+                            "expect.open_reason",
+                            format!(
+                                "{reason:?} is not a reason to open (one of: {})",
+                                REASONS.join(", ")
+                            ),
+                        );
+                    }
+                }
+                expect.open_reason = Some(list);
+            }
+            None => p.at(
+                "expect.open_reason",
+                format!(
+                    "must be a reason or a list of reasons (of: {}), got {}",
+                    REASONS.join(", "),
+                    r.show()
+                ),
+            ),
+        }
+    }
+    let u32_of = |key: &str| {
+        read(e.get(key), |n| check::uint(n, u64::from(u32::MAX)))
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+    };
+    expect.opens = read(e.get("opens"), check::boolean);
+    expect.closed_at_end = read(e.get("closed_at_end"), check::boolean);
+    expect.max_half_open_calls = u32_of("max_half_open_calls");
+    expect.half_open_calls = u32_of("half_open_calls");
+    expect.min_calls_to_open = read(e.get("min_calls_to_open"), |n| check::uint(n, u64::MAX));
+    expect.max_calls_to_open = read(e.get("max_calls_to_open"), |n| check::uint(n, u64::MAX));
+    expect.max_dependency_in_flight = read(e.get("max_dependency_in_flight"), |n| {
+        check::uint(n, u64::MAX)
+    })
+    .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    if (e.get("min_calls_to_open").is_some() || e.get("max_calls_to_open").is_some())
+        && e.get("first_open_in").is_none()
+    {
+        p.place(
+            "expect",
+            "expect: min_calls_to_open / max_calls_to_open count from the start of first_open_in: set it".into(),
+        );
+    }
+    expect
+}
+
+/// The response a phase (or an item of its `responses`) at `path` describes; `None`, the
+/// problems reported, if it is wrong.
+fn response(p: &mut Problems<'_>, path: &str, weight: u32, node: &Node) -> Option<ResponseSpec> {
+    let status = node.get("status");
+    let reset = read(node.get("reset"), check::boolean);
     let reply = match (status, reset) {
         (Some(s), None | Some(false)) => {
-            if !(100..=999).contains(s.get_ref()) || *s.get_ref() < 200 {
-                errors.push(src.error_at(
-                    s.span(),
-                    format!(
-                        "{path}.status: {} is not a final HTTP status (200..=999)",
-                        s.get_ref()
-                    ),
-                ));
-                return None;
+            // Of the wrong type: reported by the check.
+            let code = check::uint(s, u64::MAX).ok()?;
+            match u16::try_from(code) {
+                Ok(code) if (200..=999).contains(&code) => Reply::Status(code),
+                _ => {
+                    p.at(
+                        &format!("{path}.status"),
+                        format!("{code} is not a final HTTP status (200..=999)"),
+                    );
+                    return None;
+                }
             }
-            Reply::Status(*s.get_ref())
         }
         (None, Some(true)) => Reply::Reset,
         (Some(_), Some(true)) => {
-            errors.push(src.error_at(
-                span,
+            p.place(
+                path,
                 format!("{path}: a response is a status or a reset, not both"),
-            ));
+            );
             return None;
         }
         (None, _) => {
-            errors.push(src.error_at(span, format!("{path}: needs status = N or reset = true")));
+            p.place(path, format!("{path}: needs status = N or reset = true"));
             return None;
         }
     };
-    let latency = match latency {
+    let latency = match node.get("latency") {
         None => Latency::Fixed(Duration::ZERO),
-        Some(l) => match l.get_ref() {
-            RawLatency::Fixed(d) => Latency::Fixed(d.0),
-            RawLatency::Range { min, max } => {
-                if max.0 < min.0 {
-                    errors.push(src.error_at(
-                        l.span(),
-                        format!(
-                            "{path}.latency: max ({}) is below min ({})",
-                            fmt_duration(max.0),
-                            fmt_duration(min.0)
-                        ),
-                    ));
-                }
-                Latency::Uniform(min.0, max.0.max(min.0))
-            }
-            RawLatency::Percentiles { p50, p99 } => {
-                if p99.0 < p50.0 || p50.0.is_zero() {
-                    errors.push(
-                        src.error_at(l.span(), format!("{path}.latency: need 0 < p50 <= p99")),
-                    );
-                }
-                Latency::LogNormal {
-                    p50: p50.0,
-                    p99: p99.0.max(p50.0),
-                }
-            }
-        },
+        Some(l) => latency(p, &format!("{path}.latency"), l)?,
     };
-    if let Latency::Fixed(d) | Latency::Uniform(_, d) = latency
-        && d > Duration::from_secs(600)
-    {
-        errors.push(src.error(format!("{path}.latency: at most 10 minutes")));
-    }
     Some(ResponseSpec {
         weight,
         reply,
@@ -749,9 +831,100 @@ fn response(
     })
 }
 
+/// A latency at `path`: a duration, `{ min, max }` or `{ p50, p99 }`, at most
+/// [`MAX_LATENCY`].
+fn latency(p: &mut Problems<'_>, path: &str, node: &Node) -> Option<Latency> {
+    const SHAPES: &str = "a duration such as \"20ms\", { min, max } or { p50, p99 }";
+    let has = |key: &str| node.get(key).is_some();
+    // Both keys of a pair: each must be there (a wrong one was reported by the check).
+    let pair = |p: &mut Problems<'_>, fields: &[Field]| {
+        p.check(node, path, fields);
+        let mut one = |key: &str| match node.get(key) {
+            None => {
+                let other = fields
+                    .iter()
+                    .map(|f| f.0)
+                    .find(|k| *k != key)
+                    .unwrap_or(key);
+                p.at(
+                    &format!("{path}.{key}"),
+                    format!("is required with {other}"),
+                );
+                None
+            }
+            Some(d) => check::duration(d).ok(),
+        };
+        let (a, b) = (one(fields[0].0), one(fields[1].0));
+        Some((a?, b?))
+    };
+    let latency = match node {
+        Node::Str(_) => match check::duration(node) {
+            Ok(d) => Latency::Fixed(d),
+            Err(rule) => {
+                p.at(
+                    path,
+                    rule.replacen("a duration such as \"250ms\" or \"30s\"", SHAPES, 1),
+                );
+                return None;
+            }
+        },
+        Node::Map(_) if has("min") || has("max") => {
+            let (min, max) = pair(p, UNIFORM)?;
+            if max < min {
+                p.at(
+                    path,
+                    format!(
+                        "max ({}) is below min ({})",
+                        fmt_duration(max),
+                        fmt_duration(min)
+                    ),
+                );
+            }
+            Latency::Uniform(min, max.max(min))
+        }
+        Node::Map(_) if has("p50") || has("p99") => {
+            let (p50, p99) = pair(p, LOG_NORMAL)?;
+            if p99 < p50 || p50.is_zero() {
+                p.at(path, "need 0 < p50 <= p99");
+            }
+            Latency::LogNormal {
+                p50,
+                p99: p99.max(p50),
+            }
+        }
+        Node::Map(_) => {
+            p.check(node, path, LATENCY_TABLE);
+            p.at(
+                path,
+                format!("must be {SHAPES}: a table needs min and max, or p50 and p99"),
+            );
+            return None;
+        }
+        other => {
+            p.at(path, format!("must be {SHAPES}, got {}", other.show()));
+            return None;
+        }
+    };
+    let longest = match latency {
+        Latency::Fixed(d) | Latency::Uniform(_, d) | Latency::LogNormal { p99: d, .. } => d,
+    };
+    if longest > MAX_LATENCY {
+        p.at(path, "at most 10 minutes");
+    }
+    Some(latency)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The problems of scenario `text`, as printed.
+    fn problems(name: &str, text: &str) -> Vec<String> {
+        match load_scenario(&SourceFile::new(name, text), None) {
+            Ok(s) => panic!("{name} loads as {:?}", s.name),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
 
     #[test]
     fn builtins_are_valid() {
@@ -809,11 +982,7 @@ responses = [{ weight = 0, status = 200 }, { latency = "1s" }]
 first_open_in = "b"
 open_reason = "bad_luck"
 "#;
-        let errors: Vec<String> = load_scenario(&SourceFile::new("s.toml", text), None)
-            .unwrap_err()
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = problems("s.toml", text);
         assert_eq!(
             errors,
             [
@@ -829,6 +998,105 @@ open_reason = "bad_luck"
                 "s.toml:17:15: expect.open_reason: \"bad_luck\" is not a reason to open (one of: failure_rate, slow_call_rate, consecutive_failures)",
             ],
             "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_path_types_and_unknown_keys_too() {
+        let text = r#"[traffic]
+rate = "fast"
+concurrancy = 10
+
+[policy.breaker]
+count_window = 10
+minimum_calls = 5
+
+[[phases]]
+name = "a"
+duration = "1s"
+status = 200
+latency = "quick"
+
+[[phases]]
+name = "b"
+duration = "1s"
+responses = [{ weight = 1, status = 503, latency = { min = "1ms", mx = "2ms" } }, { status = "200" }]
+
+[expect]
+opens = "yes"
+open_reason = ["failure_rate", 3]
+frist_open_in = "b"
+"#;
+        let errors = problems("s.toml", text);
+        assert_eq!(
+            errors,
+            [
+                "s.toml:23:1: expect.frist_open_in: unknown key; did you mean `first_open_in`?",
+                "s.toml:21:9: expect.opens: must be true or false, got \"yes\"",
+                "s.toml:18:94: phases[1].responses[1].status: must be a whole number, got \"200\"",
+                "s.toml:3:1: traffic.concurrancy: unknown key; did you mean `concurrency`?",
+                "s.toml:2:8: traffic.rate: must be a number, got \"fast\"",
+                "s.toml:13:11: phases[0].latency: must be a duration such as \"20ms\", { min, max } or { p50, p99 }, got \"quick\" (expected number at 0)",
+                "s.toml:18:67: phases[1].responses[0].latency.mx: unknown key; did you mean `max`?",
+                "s.toml:18:42: phases[1].responses[0].latency.max: is required with min",
+                "s.toml:22:15: expect.open_reason: must be a reason or a list of reasons (of: failure_rate, slow_call_rate, consecutive_failures), got a list",
+            ],
+            "{errors:#?}"
+        );
+        // Keys misspelt at the top, and what is then missing.
+        let errors = problems("t.toml", "[trafic]\nrate = 10\n[[phase]]\nname = \"a\"\n");
+        assert_eq!(
+            errors,
+            [
+                "t.toml:3:3: phase: unknown key; did you mean `phases`?",
+                "t.toml:1:2: trafic: unknown key; did you mean `traffic`?",
+                "t.toml: no [traffic]: add one with the rate of calls, e.g. rate = 100 (calls per second)",
+                "t.toml: no [policy]: add one (the keys of a policy file's [policies.NAME]) or pass --config",
+                "t.toml: no [[phases]]: add at least one, e.g. [[phases]] name = \"healthy\" duration = \"5s\" status = 200",
+            ],
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn latencies_and_weights_past_what_a_drill_can_run_are_refused() {
+        let scenario = |phase: &str| {
+            format!(
+                "[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\nminimum_calls = 5\n[[phases]]\nname = \"a\"\nduration = \"1s\"\n{phase}\n"
+            )
+        };
+        for (phase, expected) in [
+            (
+                "status = 200\nlatency = { p50 = \"1ms\", p99 = \"500000000000y\" }",
+                "s.toml:10:1: phases[0].latency: at most 10 minutes",
+            ),
+            (
+                "responses = [{ weight = 4000000000, status = 200 }, { weight = 4000000000, status = 503 }]",
+                "s.toml:9:53: phases[0].responses[1].weight: the weights of phases[0].responses add up to more than 4294967295",
+            ),
+            (
+                "status = 200\n[[phases]]\nname = \"b\"\nduration = \"500000000000y\"\nstatus = 200\n[[phases]]\nname = \"c\"\nduration = \"500000000000y\"\nstatus = 200",
+                "s.toml:6:1: phases: ",
+            ),
+        ] {
+            let errors = problems("s.toml", &scenario(phase));
+            assert!(
+                errors.len() == 1 && errors[0].starts_with(expected),
+                "{phase}\n{errors:#?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_reported_once() {
+        let text = "[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\nminimum_calls = 5\n[[phases]]\nname = 1\nduration = \"1s\"\nstatus = 200\n[[phases]]\nname = 1\nduration = \"1s\"\nstatus = \"200\"\n";
+        assert_eq!(
+            problems("s.toml", text),
+            [
+                "s.toml:7:8: phases[0].name: must be a string, got 1",
+                "s.toml:11:8: phases[1].name: must be a string, got 1",
+                "s.toml:13:10: phases[1].status: must be a whole number, got \"200\"",
+            ]
         );
     }
 }

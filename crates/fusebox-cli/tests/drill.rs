@@ -223,6 +223,60 @@ fn the_binary_writes_a_report_and_a_chart() {
 }
 
 #[test]
+fn json_dash_writes_the_report_to_standard_output() {
+    let dir = scratch("drill-json-stdout");
+    let file = write(&dir, "short.toml", SHORT);
+    let run = fusebox(
+        &dir,
+        &[
+            "drill",
+            &file,
+            "--virtual-time",
+            "--out",
+            "out",
+            "--json",
+            "-",
+        ],
+    );
+    run.assert_code(0);
+    // Standard output is the JSON document alone; the drill's lines go to standard error.
+    let json: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", run.stdout));
+    assert_eq!(json["scenario"], "short");
+    assert_eq!(json["passed"], true);
+    assert_eq!(json, read_json(&dir, "out/report.json"));
+    for part in [
+        "CLOSED → OPEN",
+        "PASS: the breaker behaved",
+        "report: out/report.json",
+    ] {
+        assert!(
+            run.stderr.contains(part),
+            "{part:?} not in:\n{}",
+            run.stderr
+        );
+    }
+    assert!(!dir.join("-").exists(), "no file named -");
+    // A file name still writes the file.
+    let run = fusebox(
+        &dir,
+        &[
+            "drill",
+            &file,
+            "--virtual-time",
+            "-q",
+            "--out",
+            "out",
+            "--json",
+            "drill.json",
+        ],
+    );
+    run.assert_code(0);
+    run.assert_stdout(&["report: drill.json"]);
+    assert_eq!(read_json(&dir, "drill.json")["scenario"], "short");
+}
+
+#[test]
 fn failed_expectations_exit_1() {
     let dir = scratch("drill-fails");
     let text = SHORT

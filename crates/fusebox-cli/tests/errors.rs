@@ -25,17 +25,17 @@ fn malformed_calls_files() {
         (
             "unknown-route.csv",
             "0,GET /a,200,5\n1,GET /b,200,5\n",
-            "unknown-route.csv:2:1: unknown route \"GET /b\": no policy lists it (policies: api)",
+            "unknown-route.csv:2:3: unknown route \"GET /b\": no policy lists it (policies: api)",
         ),
         (
             "bad-status.csv",
             "0,GET /a,teapot,5\n",
-            "bad-status.csv:1:1: bad status \"teapot\"",
+            "bad-status.csv:1:10: bad status \"teapot\"",
         ),
         (
             "short-line.csv",
             "timestamp,route,status,latency_ms\n0,GET /a,200,5\n1,GET /a,200\n",
-            "short-line.csv:3:1: too few fields: expected 4, got 3",
+            "short-line.csv:3:13: too few fields: expected 4, got 3",
         ),
         (
             "backwards.csv",
@@ -45,7 +45,22 @@ fn malformed_calls_files() {
         (
             "bad.jsonl",
             "{\"ts\":1,\"route\":\"GET /a\",\"status\":200,\"latency_ms\":5}\n{\"ts\":2,\"route\":\n",
-            "bad.jsonl:2:1: invalid JSON",
+            "bad.jsonl:2:16: invalid JSON: EOF while parsing a value",
+        ),
+        (
+            "never.csv",
+            "0,GET /a,200,5\n9999-12-31T23:59:59Z,GET /a,200,5\n",
+            "never.csv:2:1: bad timestamp \"9999-12-31T23:59:59Z\": out of range: the latest time a replay can count is 2554-07-21T23:34:33.709551615Z",
+        ),
+        (
+            "endless.csv",
+            "1714564800,GET /a,200,18446744073709\n",
+            "endless.csv:1:23: bad latency \"18446744073709\": the call would end after 2554-07-21T23:34:33.709551615Z",
+        ),
+        (
+            "endless.jsonl",
+            "{\"ts\":\"2024-05-01T12:00:00Z\",\"route\":\"GET /a\",\"status\":200,\"latency_ms\":18446744073709}\n",
+            "endless.jsonl:1:73: bad latency \"18446744073709\": the call would end after",
         ),
         (
             "empty.csv",
@@ -106,6 +121,40 @@ fn malformed_policy_files() {
 }
 
 #[test]
+fn files_with_a_byte_order_mark_are_read_and_located_past_it() {
+    let dir = scratch("errors-bom");
+    write(&dir, "calls.csv", "0,GET /a,200,5\n");
+    write(&dir, "ok.toml", &format!("\u{feff}{POLICY}"));
+    run_replay(&dir, "ok.toml", "calls.csv", &[]).assert_code(0);
+    // Columns on the first line count from its first character, not from the mark.
+    write(
+        &dir,
+        "key.toml",
+        "\u{feff}colour = 1\n[policies.api.breaker]\ncount_window = 10\n",
+    );
+    fusebox(&dir, &["check", "key.toml"]).assert_input_error("key.toml:1:1: colour: unknown key");
+    write(
+        &dir,
+        "key.yaml",
+        "\u{feff}policies: {api: {breaker: {count_window: 0}}}\n",
+    );
+    fusebox(&dir, &["check", "key.yaml"])
+        .assert_input_error("key.yaml:1:28: policies.api.breaker.count_window: must be within");
+    let run = fusebox(&dir, &["drill", "--show", "unavailable"]);
+    write(&dir, "s.toml", &format!("\u{feff}{}", run.stdout));
+    fusebox(&dir, &["check", "s.toml"])
+        .assert_code(0)
+        .assert_stdout(&["s.toml: scenario \"unavailable\", no problems"]);
+    write(
+        &dir,
+        "bad.toml",
+        "\u{feff}phases = []\n[traffic]\nrate = 10\n[policy.breaker]\ncount_window = 10\n",
+    );
+    fusebox(&dir, &["check", "bad.toml"])
+        .assert_input_error("bad.toml:1:10: phases: at least one phase is needed");
+}
+
+#[test]
 fn malformed_scenarios() {
     let dir = scratch("errors-scenario");
     let cases = [
@@ -141,6 +190,24 @@ fn malformed_scenarios() {
         run.assert_input_error(expected);
         let run = fusebox(&dir, &["check", name]);
         run.assert_input_error(expected);
+    }
+    // Every problem at once, each at its path, with the nearest known key for a typo.
+    write(
+        &dir,
+        "many.toml",
+        "[traffic]\nrate = \"fast\"\nconcurrancy = 10\n[policy.breaker]\ncount_window = 10\nminimum_calls = 5\n[[phases]]\nname = \"a\"\nduration = \"1s\"\nstatus = 200\nlatency = { p50 = \"1ms\" }\n[expect]\nopen_reason = [\"failure_rate\", 3]\n",
+    );
+    for args in [["check", "many.toml"], ["drill", "many.toml"]] {
+        let run = fusebox(&dir, &args);
+        for expected in [
+            "many.toml:2:8: traffic.rate: must be a number, got \"fast\"",
+            "many.toml:3:1: traffic.concurrancy: unknown key; did you mean `concurrency`?",
+            "many.toml:11:1: phases[0].latency.p99: is required with p50",
+            "many.toml:13:15: expect.open_reason: must be a reason or a list of reasons",
+        ] {
+            run.assert_input_error(expected);
+        }
+        assert_eq!(run.stderr.lines().count(), 4, "{}", run.stderr);
     }
     let run = fusebox(&dir, &["drill", "no-such-scenario"]);
     run.assert_input_error(
@@ -203,6 +270,8 @@ fn help_is_complete() {
                 "--out",
                 "--list",
                 "--show",
+                "--json",
+                "--json - writes it to standard output",
                 "Examples",
             ][..],
         ),
@@ -219,6 +288,10 @@ fn help_is_complete() {
                 "--json",
                 "--default-policy",
                 "CSV columns",
+                "byte-order mark",
+                "file:line:column",
+                "the calls-file line of the call that made it",
+                "--json - writes it to standard output",
             ][..],
         ),
         ("check", &["TOML or YAML", "Every problem is reported"][..]),

@@ -125,6 +125,111 @@ fn exact_trip_times_through_the_binary() {
 }
 
 #[test]
+fn transitions_name_the_line_of_the_call_that_made_them() {
+    let dir = scratch("replay-lines");
+    write(&dir, "policy.toml", POLICY);
+    // A comment and a blank line move the calls down the file: lines are the file's.
+    let calls = CALLS.replacen('\n', "\n# recorded by hand\n\n", 1);
+    write(&dir, "calls.csv", &calls);
+    let run = run_replay(&dir, "policy.toml", "calls.csv", &["--json", "r.json"]);
+    run.assert_code(0);
+    // The call at 0.5 s (line 9) completes fifth and trips the breaker; the probe at
+    // 10.6 s (line 12) moves it to half-open and, succeeding second, closes it.
+    let rows: Vec<Vec<&str>> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" → "))
+        .map(|l| l.split_whitespace().take(5).collect())
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ["0.510", "9", "closed", "→", "open"],
+            ["10.600", "12", "open", "→", "half_open"],
+            ["10.700", "12", "half_open", "→", "closed"],
+        ],
+        "{}",
+        run.stdout
+    );
+    run.assert_stdout(&["when                            line transition"]);
+    let json = read_json(&dir, "r.json");
+    let lines: Vec<u64> = json["breakers"][0]["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(lines, [9, 12, 12]);
+    // The library's report says the same.
+    let report = replay_text(&load_policies("policy.toml", POLICY), "calls.csv", &calls);
+    let lines: Vec<u32> = report.breakers[0]
+        .transitions
+        .iter()
+        .map(|t| t.line)
+        .collect();
+    assert_eq!(lines, [9, 12, 12]);
+}
+
+#[test]
+fn json_dash_writes_the_report_to_standard_output() {
+    let dir = scratch("replay-json-stdout");
+    write(&dir, "policy.toml", POLICY);
+    write(&dir, "calls.csv", CALLS);
+    let run = run_replay(&dir, "policy.toml", "calls.csv", &["--json", "-"]);
+    run.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", run.stdout));
+    assert_eq!(json["calls"], 12);
+    assert_eq!(
+        json["breakers"][0]["transitions"][0]["reason"],
+        "failure_rate"
+    );
+    // The text report goes to standard error, and no file named - is written.
+    assert!(run.stderr.contains("closed → open"), "{}", run.stderr);
+    assert!(!dir.join("-").exists(), "no file named -");
+    // The sweep likewise.
+    write(&dir, "sweep.toml", SWEEP_POLICY);
+    write(&dir, "incident.csv", &incident_log());
+    let run = run_replay(
+        &dir,
+        "sweep.toml",
+        "incident.csv",
+        &["--sweep", "--failure-rate", "20,50", "--json", "-"],
+    );
+    run.assert_code(0);
+    let json: serde_json::Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", run.stdout));
+    assert_eq!(json["rows"].as_array().map(Vec::len), Some(2));
+    assert!(
+        run.stderr.contains("sweep of policy \"api\""),
+        "{}",
+        run.stderr
+    );
+    assert!(!dir.join("-").exists(), "no file named -");
+}
+
+#[test]
+fn calls_files_with_a_byte_order_mark_replay() {
+    let dir = scratch("replay-bom");
+    write(&dir, "policy.toml", POLICY);
+    // As a spreadsheet exports it: a byte-order mark, CRLF line ends.
+    let csv = format!("\u{feff}{}", CALLS.replace('\n', "\r\n"));
+    write(&dir, "calls.csv", &csv);
+    let run = run_replay(&dir, "policy.toml", "calls.csv", &["--json", "r.json"]);
+    run.assert_code(0);
+    run.assert_stdout(&["12 calls from 0.000", "closed → open"]);
+    let transitions = &read_json(&dir, "r.json")["breakers"][0]["transitions"];
+    assert_eq!(transitions[0]["at"], 510_000_000);
+    // JSON lines too, with no extension to tell the format.
+    let jsonl =
+        "\u{feff}{\"ts\":0,\"route\":\"GET /orders/{id}\",\"status\":200,\"latency_ms\":5}\n";
+    write(&dir, "calls.log", jsonl);
+    let run = run_replay(&dir, "policy.toml", "calls.log", &[]);
+    run.assert_code(0);
+    run.assert_stdout(&["1 calls from 0.000"]);
+}
+
+#[test]
 fn json_lines_with_rfc3339_replay_the_same() {
     let base: u64 = 1_714_564_800_000_000_000; // 2024-05-01T12:00:00Z
     let mut jsonl = String::new();

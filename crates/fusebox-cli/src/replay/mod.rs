@@ -13,7 +13,9 @@
 //! completion at the same instant as a new call is recorded first. A call the breaker
 //! rejects never reaches the dependency: its logged outcome is what the breaker saved (a
 //! failure) or cost (a success). Jitter is seeded (0 unless the file sets `seed`), so a
-//! replay is reproducible.
+//! replay is reproducible. Each transition names the calls-file line of the call that
+//! made it: the call whose completion tripped the breaker, or decided a half-open period,
+//! or that came first after the open wait.
 //!
 //! [`sweep`] replays the same calls over a grid of thresholds.
 
@@ -268,16 +270,19 @@ struct Pending {
     at: u64,
     seq: u32,
     generation: u32,
+    /// The calls-file line of the call (for the transition its completion may make).
+    line: u32,
     /// Bit 0: a probe; bits 1–2: the verdict; bit 3: slow.
     flags: u8,
 }
 
 impl Pending {
-    fn new(at: u64, seq: u32, permit: Permit, verdict: u8, slow: bool) -> Self {
+    fn new(at: u64, seq: u32, line: u32, permit: Permit, verdict: u8, slow: bool) -> Self {
         Pending {
             at,
             seq,
             generation: permit.generation() as u32,
+            line,
             flags: u8::from(permit.kind() == PermitKind::Probe)
                 | (verdict << 1)
                 | (u8::from(slow) << 3),
@@ -324,6 +329,11 @@ impl PartialOrd for Pending {
 pub struct TransitionRecord {
     /// When, nanoseconds since the Unix epoch (or since zero for second-stamped logs).
     pub at: u64,
+    /// The calls-file line (1-based) of the call that made the change: for an opening,
+    /// the call whose failure (or slowness), completing, tripped the breaker; for the
+    /// move to half-open, the first call after the open wait; for a decision in
+    /// half-open, the probe that decided it.
+    pub line: u32,
     /// The state left.
     pub from: &'static str,
     /// The state entered.
@@ -443,12 +453,12 @@ impl BreakerRun {
             self.sim
                 .record(permit, p.verdict() == FAILURE, p.slow(), Nanos(p.at))
         {
-            self.moved(&t);
+            self.moved(&t, p.line);
         }
     }
 
     #[inline]
-    fn call(&mut self, at: u64, verdict: u8, slow: bool, latency: u64) {
+    fn call(&mut self, at: u64, line: u32, verdict: u8, slow: bool, latency: u64) {
         self.drain_until(at);
         self.stats.calls += 1;
         let admitted = if self.closed {
@@ -456,7 +466,7 @@ impl BreakerRun {
         } else {
             let (admitted, moved) = self.sim.acquire(Nanos(at));
             if let Some(t) = moved {
-                self.moved(&t);
+                self.moved(&t, line);
             }
             admitted
         };
@@ -479,6 +489,7 @@ impl BreakerRun {
                 self.heap.push(Pending::new(
                     at.saturating_add(latency),
                     self.seq,
+                    line,
                     permit,
                     verdict,
                     slow,
@@ -508,7 +519,7 @@ impl BreakerRun {
     }
 
     #[cold]
-    fn moved(&mut self, t: &Transition) {
+    fn moved(&mut self, t: &Transition, line: u32) {
         let at = t.at.0;
         self.closed = t.to == State::Closed;
         self.generation = t.generation;
@@ -528,7 +539,8 @@ impl BreakerRun {
         }
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
         self.transitions.push(TransitionRecord {
-            at: self.t0 + at,
+            at: self.t0.saturating_add(at),
+            line,
             from: t.from.as_str(),
             to: t.to.as_str(),
             reason: t.reason.as_str(),
@@ -706,7 +718,8 @@ impl<'p> Engine<'p> {
     }
 
     #[inline]
-    fn feed_class(&mut self, at: u64, class: u32, result: u16, latency: u64) {
+    /// Feeds one call, read from `line` of the calls file (0 where lines are not kept).
+    fn feed_class(&mut self, at: u64, line: u32, class: u32, result: u16, latency: u64) {
         let t0 = match self.t0 {
             Some(t) => t,
             None => self.start(at),
@@ -737,7 +750,7 @@ impl<'p> Engine<'p> {
             self.grow(b);
         }
         if let Some(run) = self.runs.get_mut(b) {
-            run.call(rel, verdict, slow, latency);
+            run.call(rel, line, verdict, slow, latency);
         }
     }
 
@@ -768,7 +781,7 @@ impl<'p> Engine<'p> {
             calls: self.calls,
             unprotected: self.unprotected,
             start: t0,
-            end: t0 + end,
+            end: t0.saturating_add(end),
             time_style: style,
             breakers,
         }
@@ -808,8 +821,8 @@ pub fn replay(
         let reader = scope.spawn(move || read_batches(policies, file, data, format, &tx));
         for batch in rx {
             engine.resolver.classes.extend(batch.classes);
-            for c in &batch.calls {
-                engine.feed_class(c.at, c.class, c.result, c.latency);
+            for (c, &line) in batch.calls.iter().zip(&batch.lines) {
+                engine.feed_class(c.at, line, c.class, c.result, c.latency);
             }
         }
         reader
@@ -822,10 +835,11 @@ pub fn replay(
     Ok(engine.finish(file, style))
 }
 
-/// Calls read and resolved, with the classes first seen among them.
+/// Calls read and resolved, with the classes first seen among them and each call's line.
 struct Batch {
     classes: Vec<Class>,
     calls: Vec<Resolved>,
+    lines: Vec<u32>,
 }
 
 const BATCH: usize = 8192;
@@ -842,30 +856,35 @@ fn read_batches(
     let mut resolver = Resolver::new(policies, None, None);
     let mut reader = CallReader::new(file, data, format);
     let mut calls = Vec::with_capacity(BATCH);
+    let mut lines = Vec::with_capacity(BATCH);
     let mut sent_classes = 0;
-    let mut send = |resolver: &Resolver<'_>, calls: &mut Vec<Resolved>| {
+    let mut send = |resolver: &Resolver<'_>, calls: &mut Vec<Resolved>, lines: &mut Vec<u32>| {
         let batch = Batch {
             classes: resolver.classes[sent_classes..].to_vec(),
             calls: std::mem::replace(calls, Vec::with_capacity(BATCH)),
+            lines: std::mem::replace(lines, Vec::with_capacity(BATCH)),
         };
         sent_classes = resolver.classes.len();
         // The replaying side only stops early when it is gone: nothing left to do then.
         tx.send(batch).is_ok()
     };
     while let Some(c) = reader.next_call()? {
-        let class = resolver.resolve(c.route).map_err(|why| reader.error(why))?;
+        let class = resolver
+            .resolve(c.route)
+            .map_err(|why| reader.error_at(c.route, why))?;
         calls.push(Resolved {
             at: c.at,
             latency: c.latency,
             class,
             result: c.result,
         });
-        if calls.len() == BATCH && !send(&resolver, &mut calls) {
+        lines.push(reader.line());
+        if calls.len() == BATCH && !send(&resolver, &mut calls, &mut lines) {
             return Ok(reader.time_style());
         }
     }
     if !calls.is_empty() {
-        send(&resolver, &mut calls);
+        send(&resolver, &mut calls, &mut lines);
     }
     Ok(reader.time_style())
 }
@@ -993,8 +1012,8 @@ pub fn render_report(r: &ReplayReport, max_events: usize) -> String {
         }
         let _ = writeln!(
             s,
-            "  {:<26} {:<22} {:<20} window",
-            "when", "transition", "reason"
+            "  {:<26} {:>9} {:<22} {:<20} window",
+            "when", "line", "transition", "reason"
         );
         for t in b.transitions.iter().take(max_events) {
             let _ = writeln!(s, "  {}", transition_line(t, r.time_style));
@@ -1012,8 +1031,9 @@ pub fn render_report(r: &ReplayReport, max_events: usize) -> String {
 
 fn transition_line(t: &TransitionRecord, style: TimeStyle) -> String {
     let mut line = format!(
-        "{:<26} {:<22} {:<20} {} calls, {} failed ({:.1} %), {} slow ({:.1} %)",
+        "{:<26} {:>9} {:<22} {:<20} {} calls, {} failed ({:.1} %), {} slow ({:.1} %)",
         format_time(t.at, style),
+        t.line,
         format!("{} → {}", t.from, t.to),
         t.reason,
         t.calls,

@@ -104,14 +104,22 @@ impl IncidentSpec {
         let one = |s: &str| -> Result<u64, String> {
             if let Some(rel) = s.strip_prefix('+') {
                 let d = parse_duration(rel)?;
-                return Ok(t0 + fusebox_classify::clock::duration_nanos(d));
+                return t0
+                    .checked_add(fusebox_classify::clock::duration_nanos(d))
+                    .ok_or_else(|| {
+                        format!(
+                            "bad time {s:?}: after {}, the latest time a replay can count",
+                            super::calls::LATEST
+                        )
+                    });
             }
             let b = s.as_bytes();
             if b.len() >= 19 && b[4] == b'-' {
                 super::calls::parse_rfc3339(b).map_err(|e| format!("bad time {s:?}: {e}"))
             } else {
-                super::calls::parse_seconds(b).ok_or_else(|| {
-                    format!("bad time {s:?}: expected RFC 3339, seconds since the epoch, or +OFFSET from the first call")
+                super::calls::parse_seconds(b).map_err(|e| match e {
+                    super::calls::TOO_LATE => format!("bad time {s:?}: {e}"),
+                    _ => format!("bad time {s:?}: expected RFC 3339, seconds since the epoch, or +OFFSET from the first call"),
                 })
             }
         };
@@ -261,7 +269,9 @@ pub fn sweep(
     let mut total = 0u64;
     while let Some(c) = reader.next_call()? {
         total += 1;
-        let class = resolver.resolve(c.route).map_err(|why| reader.error(why))?;
+        let class = resolver
+            .resolve(c.route)
+            .map_err(|why| reader.error_at(c.route, why))?;
         if class != super::SKIP {
             calls.push(Resolved {
                 at: c.at,
@@ -439,7 +449,8 @@ fn run_point(
         })
         .collect();
     for c in calls {
-        engine.feed_class(c.at, c.class, c.result, c.latency);
+        // A row reports no transitions: the calls keep no lines.
+        engine.feed_class(c.at, 0, c.class, c.result, c.latency);
     }
     let report = engine.finish(file, TimeStyle::Seconds);
     let Some(b) = report.breakers.first() else {

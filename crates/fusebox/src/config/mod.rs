@@ -36,7 +36,8 @@
 //! ```
 //!
 //! A value inherited from `defaults` is reported where it is written (`defaults....`),
-//! once, however many policies inherit it.
+//! once, however many policies inherit it. The same checks are open to other files:
+//! see [`check`].
 //!
 //! # The keys
 //!
@@ -143,6 +144,7 @@
 //! # Ok::<(), fusebox::ConfigError>(())
 //! ```
 
+pub mod check;
 mod node;
 mod schema;
 
@@ -943,7 +945,7 @@ fn redis_store(s: &Section<'_>) -> Result<BreakerStore, ConfigError> {
             _ => OnOutage::Local,
         });
     }
-    for key in s.get("shared_keys", schema::strings).unwrap_or_default() {
+    for key in s.get("shared_keys", check::strings).unwrap_or_default() {
         b = b.share_key(key);
     }
     match (b.build(), problems) {

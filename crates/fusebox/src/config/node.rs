@@ -9,22 +9,29 @@
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::fmt;
 
-/// One value of a configuration file.
+/// One value of a configuration file, whatever its format: TOML and YAML both
+/// deserialize into it (`toml::from_str::<Node>(text)`).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Node {
+pub enum Node {
+    /// No value (YAML's `null`, `~`, an empty value).
     Null,
+    /// `true` or `false`.
     Bool(bool),
+    /// A whole number.
     Int(i128),
+    /// A number with a fraction or an exponent.
     Float(f64),
+    /// A string.
     Str(String),
+    /// A list.
     List(Vec<Node>),
-    /// Keys in file order.
+    /// A table: keys in file order.
     Map(Vec<(String, Node)>),
 }
 
 impl Node {
     /// What kind of value this is, for messages (`"a string"`, `"a table"`).
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Node::Null => "nothing",
             Node::Bool(_) => "a boolean",
@@ -37,7 +44,7 @@ impl Node {
     }
 
     /// The entries of a map.
-    pub(crate) fn as_map(&self) -> Option<&[(String, Node)]> {
+    pub fn as_map(&self) -> Option<&[(String, Node)]> {
         match self {
             Node::Map(entries) => Some(entries),
             _ => None,
@@ -45,7 +52,7 @@ impl Node {
     }
 
     /// The value under `key` of a map.
-    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
+    pub fn get(&self, key: &str) -> Option<&Node> {
         self.as_map()?
             .iter()
             .find(|(k, _)| k == key)
@@ -53,7 +60,7 @@ impl Node {
     }
 
     /// The value, shown briefly in messages.
-    pub(crate) fn show(&self) -> String {
+    pub fn show(&self) -> String {
         match self {
             Node::Null => "nothing".into(),
             Node::Bool(b) => b.to_string(),
