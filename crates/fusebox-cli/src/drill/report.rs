@@ -373,31 +373,35 @@ pub fn build(
     let mut caller_lat: Vec<Vec<u64>> = vec![Vec::new(); n_buckets];
     let mut dep_lat: Vec<Vec<u64>> = vec![Vec::new(); n_buckets];
 
-    // With a shared store the half-open probe budget is the fleet's: a half-open period is
-    // one epoch on every replica, and its calls are those each replica sent while its own
-    // view was half-open in that epoch (a replica admits a probe only then, holding one of
-    // the fleet's leases). Replicas see a period begin and end at slightly different
-    // moments, so counting every replica's calls between one replica's two transitions
-    // would also count calls its peers sent before or after the period.
-    let mut fleet_half_open: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
-    if store.is_some() {
-        for input in &inputs {
-            let mut half_open_epoch = None;
-            for entry in &input.log {
-                match entry {
-                    Logged::Tap(Tap::Sent, _) => {
-                        if let Some(epoch) = half_open_epoch {
-                            *fleet_half_open.entry(epoch).or_default() += 1;
-                        }
-                    }
-                    Logged::Tap(..) => {}
-                    Logged::Transition(t) => {
-                        half_open_epoch = (t.to == State::HalfOpen).then_some(t.generation);
-                    }
+    // Calls sent as probes, by half-open period (its generation): each replica's, or with
+    // a shared store every replica's (one half-open period has one epoch fleet-wide). A call
+    // counts where the breaker admitted it while half-open, as the tap right below the
+    // breaker saw it in the call's own flow: counting the calls logged between two logged
+    // transitions would also count calls admitted just after a transition that another task
+    // had not reported yet, and with a fleet calls sent before or after a peer saw the
+    // period.
+    let probes_of = |logs: &mut dyn Iterator<Item = &Vec<Logged>>| {
+        let mut by_period: std::collections::HashMap<u64, u32> = std::collections::HashMap::new();
+        for log in logs {
+            for entry in log {
+                if let Logged::Tap(
+                    Tap::Sent {
+                        half_open: Some(generation),
+                    },
+                    _,
+                ) = entry
+                {
+                    *by_period.entry(*generation).or_default() += 1;
                 }
             }
         }
-    }
+        by_period
+    };
+    let fleet_half_open = if store.is_some() {
+        probes_of(&mut inputs.iter().map(|i| &i.log))
+    } else {
+        Default::default()
+    };
     let mut replica_reports = Vec::new();
     for (ri, input) in inputs.into_iter().enumerate() {
         let mut s = Summary::default();
@@ -458,8 +462,8 @@ pub fn build(
         let mut attempts = 0u64;
         let mut state = State::Closed;
         let mut since = 0u64;
-        let mut half_open_sent = 0u32;
-        let mut half_open_epoch = 0u64;
+        let own_half_open = probes_of(&mut std::iter::once(&input.log));
+        let mut half_open_period = 0u64;
         let mut times = [0u64; 3];
         let add = |times: &mut [u64; 3], st: State, d: u64| match st {
             State::Open | State::ForcedOpen => times[1] += d,
@@ -469,21 +473,20 @@ pub fn build(
         for entry in &input.log {
             match entry {
                 Logged::Tap(Tap::Attempt, _) => attempts += 1,
-                Logged::Tap(Tap::Sent, _) if state == State::HalfOpen => half_open_sent += 1,
                 Logged::Tap(..) => {}
                 Logged::Transition(t) => {
                     add(&mut times, state, t.at.saturating_sub(since));
                     since = t.at;
                     let half_open_calls = (t.from == State::HalfOpen).then(|| {
-                        if store.is_some() {
-                            fleet_half_open.get(&half_open_epoch).copied().unwrap_or(0)
+                        let counts = if store.is_some() {
+                            &fleet_half_open
                         } else {
-                            half_open_sent
-                        }
+                            &own_half_open
+                        };
+                        counts.get(&half_open_period).copied().unwrap_or(0)
                     });
                     if t.to == State::HalfOpen {
-                        half_open_sent = 0;
-                        half_open_epoch = t.generation;
+                        half_open_period = t.generation;
                     }
                     if t.from == State::Closed && t.to == State::Open {
                         s.openings += 1;

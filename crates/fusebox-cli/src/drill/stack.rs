@@ -48,9 +48,18 @@ pub enum Tap {
     Attempt,
     /// Admitted by the breaker.
     Admitted,
-    /// Sent to the dependency (past the limit).
-    Sent,
+    /// Sent to the dependency (past the limit); `half_open`: the breaker's generation when
+    /// it admitted the call while half-open (a probe), as its handle showed right after.
+    Sent {
+        /// The half-open period's generation, for a call admitted while half-open.
+        half_open: Option<u64>,
+    },
 }
+
+/// Put on a request by the tap right below the breaker: the breaker admitted it while
+/// half-open, in this generation.
+#[derive(Debug, Clone, Copy)]
+struct AdmittedHalfOpen(u64);
 
 /// Told of every tapped call, synchronously.
 pub type TapFn = Arc<dyn Fn(Tap) + Send + Sync>;
@@ -184,15 +193,31 @@ where
             svc = BoxCloneService::new(body.layer(svc).map_response(boxed));
         }
     }
-    svc = tapped(svc, tap, Tap::Sent);
+    let sent = Arc::clone(tap);
+    svc = BoxCloneService::new(svc.map_request(move |req: Request<B>| {
+        let half_open = req.extensions().get::<AdmittedHalfOpen>().map(|h| h.0);
+        sent(Tap::Sent { half_open });
+        req
+    }));
     let mut limit = None;
     if let Some(l) = &policy.limit {
         let layer = ConcurrencyLimitLayer::with_routes(l.clone(), policy.routes.clone());
         limit = Some(layer.handle());
         svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
     }
-    svc = tapped(svc, tap, Tap::Admitted);
     let handle = breaker.handle();
+    let (admitted, view) = (Arc::clone(tap), handle.clone());
+    svc = BoxCloneService::new(svc.map_request(move |mut req: Request<B>| {
+        // What the breaker was when it let this call through: a probe, if half-open. Read
+        // here, in the call's own flow, so that a transition reported later by another task
+        // cannot reorder it.
+        let s = view.snapshot();
+        if s.state == fusebox_breaker::State::HalfOpen {
+            req.extensions_mut().insert(AdmittedHalfOpen(s.generation));
+        }
+        admitted(Tap::Admitted);
+        req
+    }));
     svc = BoxCloneService::new(breaker.layer(svc).map_response(boxed));
     svc = tapped(svc, tap, Tap::Attempt);
     (svc, handle, limit)
