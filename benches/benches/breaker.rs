@@ -257,7 +257,8 @@ where
 /// fusebox, count window of 100, default route (no slow-call threshold: no clock read).
 fn fusebox_count() -> CircuitBreakerLayer {
     CircuitBreakerLayer::new(
-        CircuitBreakerConfig::builder("bench")
+        CircuitBreakerConfig::builder()
+            .name("bench")
             .count_window(100)
             .minimum_calls(100)
             .failure_rate_threshold(50)
@@ -269,7 +270,8 @@ fn fusebox_count() -> CircuitBreakerLayer {
 /// fusebox, count window of 100, slow-call tracking on (two clock reads per call).
 fn fusebox_count_slow() -> CircuitBreakerLayer {
     CircuitBreakerLayer::builder(
-        CircuitBreakerConfig::builder("bench")
+        CircuitBreakerConfig::builder()
+            .name("bench")
             .count_window(100)
             .minimum_calls(100)
             .failure_rate_threshold(50)
@@ -287,7 +289,8 @@ fn fusebox_count_slow() -> CircuitBreakerLayer {
 /// fusebox, time window of the last 60 s in 60 buckets, no slow-call threshold.
 fn fusebox_time() -> CircuitBreakerLayer {
     CircuitBreakerLayer::new(
-        CircuitBreakerConfig::builder("bench")
+        CircuitBreakerConfig::builder()
+            .name("bench")
             .time_window(Duration::from_secs(60), 60)
             .minimum_calls(100)
             .failure_rate_threshold(50)
@@ -470,7 +473,8 @@ fn open_group(c: &mut Criterion) {
     // Trips on the warm-up's 503s, then stays open for five minutes: every measured call is
     // rejected inside the open wait.
     let tripped_layer = CircuitBreakerLayer::new(
-        CircuitBreakerConfig::builder("bench")
+        CircuitBreakerConfig::builder()
+            .name("bench")
             .count_window(100)
             .minimum_calls(100)
             .failure_rate_threshold(50)

@@ -87,7 +87,8 @@ impl Drop for RedisServer {
 }
 
 fn breaker() -> CircuitBreakerConfig {
-    CircuitBreakerConfig::builder("recovery")
+    CircuitBreakerConfig::builder()
+        .name("recovery")
         .count_window(10)
         .minimum_calls(5)
         .failure_rate_threshold(50)

@@ -203,7 +203,8 @@ impl Stack {
 }
 
 fn breaker_config() -> CircuitBreakerConfig {
-    CircuitBreakerConfig::builder("load")
+    CircuitBreakerConfig::builder()
+        .name("load")
         .count_window(100)
         .minimum_calls(20)
         .build()

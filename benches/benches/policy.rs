@@ -44,7 +44,8 @@ use tokio::runtime::Runtime;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 fn breaker_config() -> CircuitBreakerConfig {
-    CircuitBreakerConfig::builder("bench")
+    CircuitBreakerConfig::builder()
+        .name("bench")
         .count_window(100)
         .minimum_calls(20)
         .build()

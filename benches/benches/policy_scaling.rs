@@ -81,7 +81,8 @@ where
 }
 
 fn breaker_config() -> CircuitBreakerConfig {
-    CircuitBreakerConfig::builder("bench")
+    CircuitBreakerConfig::builder()
+        .name("bench")
         .count_window(100)
         .minimum_calls(20)
         .build()
@@ -226,7 +227,8 @@ fn open_group(c: &mut Criterion) {
     // open: every measured call is rejected inside the open wait.
     let tripped_policy = builder(ALL)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("bench")
+            CircuitBreakerConfig::builder()
+                .name("bench")
                 .count_window(100)
                 .minimum_calls(20)
                 .open_wait(Duration::from_secs(300)),

@@ -137,7 +137,8 @@ impl Drop for RedisServer {
 }
 
 fn breaker(name: &str, time_window: bool) -> CircuitBreakerConfig {
-    let b = CircuitBreakerConfig::builder(name)
+    let b = CircuitBreakerConfig::builder()
+        .name(name)
         .minimum_calls(100)
         .failure_rate_threshold(50);
     if time_window {

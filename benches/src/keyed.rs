@@ -47,7 +47,8 @@ fn ok(_: Request<()>) -> Ready<Result<Response<Empty<Bytes>>, Infallible>> {
 /// A keyed breaker with a count window of `window` calls, at most `max_keys` keys, and its
 /// operator handle.
 pub fn keyed(window: u32, max_keys: usize) -> (Keyed, KeyedBreakerHandle<u64>) {
-    let config = CircuitBreakerConfig::builder("keyed")
+    let config = CircuitBreakerConfig::builder()
+        .name("keyed")
         .count_window(window)
         .minimum_calls(window.min(20))
         .build()

@@ -85,7 +85,8 @@ async fn start() -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Box<dyn st
         .timeout(Duration::from_secs(1))
         .concurrency_limit(2)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("api")
+            CircuitBreakerConfig::builder()
+                .name("api")
                 .count_window(10)
                 .minimum_calls(5)
                 .open_wait(Duration::from_secs(10)),

@@ -61,7 +61,8 @@ async fn main() -> ExitCode {
 
     // The breaker: judge the last 20 calls once 10 are in; open at 50 % failed or 50 %
     // slow; stay open 2 s (plus up to 250 ms of jitter); then let 3 probes through.
-    let config = CircuitBreakerConfig::builder("flaky-dependency")
+    let config = CircuitBreakerConfig::builder()
+        .name("flaky-dependency")
         .count_window(20)
         .minimum_calls(10)
         .failure_rate_threshold(50)

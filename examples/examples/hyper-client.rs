@@ -59,7 +59,8 @@ async fn run() -> ExitCode {
         .timeout(Duration::from_millis(250))
         .concurrency_limit(32)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("partners")
+            CircuitBreakerConfig::builder()
+                .name("partners")
                 .count_window(10)
                 .minimum_calls(5)
                 .failure_rate_threshold(50)

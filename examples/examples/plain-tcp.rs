@@ -78,7 +78,8 @@ async fn main() -> ExitCode {
     };
     let mut server = Some(serve(listener));
 
-    let config = match CircuitBreakerConfig::builder("kv-lookup")
+    let config = match CircuitBreakerConfig::builder()
+        .name("kv-lookup")
         .count_window(10)
         .minimum_calls(5)
         .failure_rate_threshold(50)

@@ -117,7 +117,8 @@ fn build_policy() -> Result<Policy, fusebox::ConfigError> {
         .timeout(Duration::from_millis(500))
         .concurrency_limit(16)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("payments")
+            CircuitBreakerConfig::builder()
+                .name("payments")
                 .count_window(20)
                 .minimum_calls(10)
                 .failure_rate_threshold(40)

@@ -131,7 +131,8 @@ async fn run() -> ExitCode {
     let policy = Policy::builder("prices-client")
         .timeout(Duration::from_millis(300))
         .circuit_breaker(
-            CircuitBreakerConfig::builder("prices")
+            CircuitBreakerConfig::builder()
+                .name("prices")
                 .count_window(10)
                 .minimum_calls(5)
                 .failure_rate_threshold(50)

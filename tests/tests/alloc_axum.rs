@@ -67,7 +67,8 @@ fn policy() -> fusebox::PolicyBuilder {
         .timeout(Duration::from_millis(250))
         .concurrency_limit(64)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("alloc-axum")
+            CircuitBreakerConfig::builder()
+                .name("alloc-axum")
                 .count_window(100)
                 .minimum_calls(20),
         )

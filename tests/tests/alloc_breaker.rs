@@ -29,7 +29,8 @@ const WARM_UP: usize = 1_000;
 const WINDOW: u32 = 100;
 
 fn config() -> CircuitBreakerConfig {
-    CircuitBreakerConfig::builder("alloc")
+    CircuitBreakerConfig::builder()
+        .name("alloc")
         .count_window(WINDOW)
         .minimum_calls(WINDOW)
         .failure_rate_threshold(50)

@@ -76,7 +76,7 @@ fn a_policy_around_a_client_allocates_nothing_of_its_own() {
         let policy = Policy::builder("hello")
             .timeout(Duration::from_secs(5))
             .concurrency_limit(64)
-            .circuit_breaker(CircuitBreakerConfig::builder("hello"))
+            .circuit_breaker(CircuitBreakerConfig::builder().name("hello"))
             .retry_budget(RetryConfig::builder().name("hello"))
             .build()
             .expect("a valid policy");
@@ -87,7 +87,7 @@ fn a_policy_around_a_client_allocates_nothing_of_its_own() {
         );
 
         let policy = Policy::builder("hosts")
-            .circuit_breaker(CircuitBreakerConfig::builder("hosts"))
+            .circuit_breaker(CircuitBreakerConfig::builder().name("hosts"))
             .breaker_key(KeyBy::Host)
             .build()
             .expect("a valid policy");

@@ -50,7 +50,8 @@ fn full() -> fusebox::PolicyBuilder {
         .timeout(Duration::from_millis(250))
         .concurrency_limit(64)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("alloc")
+            CircuitBreakerConfig::builder()
+                .name("alloc")
                 .count_window(100)
                 .minimum_calls(20),
         )

@@ -68,7 +68,7 @@ fn a_policy_around_a_channel_allocates_nothing_of_its_own() {
         let bare = per_call(tonic::client::Grpc::new(lazy_channel(addr))).await;
 
         let policy = Policy::builder("feed")
-            .circuit_breaker(CircuitBreakerConfig::builder("feed"))
+            .circuit_breaker(CircuitBreakerConfig::builder().name("feed"))
             .concurrency_limit(64)
             .timeout(Duration::from_secs(5))
             .build()
@@ -88,7 +88,7 @@ fn a_policy_around_a_channel_allocates_nothing_of_its_own() {
                         .build()
                         .expect("a valid table"),
                 )
-                .circuit_breaker(CircuitBreakerConfig::builder("feed-retry"))
+                .circuit_breaker(CircuitBreakerConfig::builder().name("feed-retry"))
                 .retry_budget(RetryConfig::builder().name("feed-retry"))
                 .build()
                 .expect("a valid policy")

@@ -42,7 +42,8 @@ fn ms(n: u64) -> Duration {
 
 /// A config builder with zero jitter and a fixed seed; each drill sets the rest.
 fn config(name: &str) -> CircuitBreakerConfigBuilder {
-    CircuitBreakerConfig::builder(name)
+    CircuitBreakerConfig::builder()
+        .name(name)
         .open_wait_jitter(Duration::ZERO)
         .seed(1)
 }

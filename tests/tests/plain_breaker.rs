@@ -73,7 +73,8 @@ async fn opens_on_refused_connections_rejects_without_connecting_and_closes_on_a
     let server = serve(listener, Arc::clone(&answered));
 
     let layer = CircuitBreakerLayer::new(
-        CircuitBreakerConfig::builder("lookup")
+        CircuitBreakerConfig::builder()
+            .name("lookup")
             .count_window(4)
             .minimum_calls(4)
             .failure_rate_threshold(50)

@@ -57,7 +57,8 @@ async fn slow(Path(ms): Path<u64>) -> &'static str {
 async fn an_open_breaker_is_a_503_with_retry_after() {
     let policy = Policy::builder("api")
         .circuit_breaker(
-            CircuitBreakerConfig::builder("api")
+            CircuitBreakerConfig::builder()
+                .name("api")
                 .open_wait(Duration::from_secs(20))
                 .open_wait_jitter(Duration::ZERO),
         )
@@ -85,7 +86,8 @@ async fn an_open_breaker_is_a_503_with_retry_after() {
 async fn a_breaker_opened_by_handler_failures_answers_with_its_open_wait() {
     let policy = Policy::builder("api")
         .circuit_breaker(
-            CircuitBreakerConfig::builder("api")
+            CircuitBreakerConfig::builder()
+                .name("api")
                 .count_window(4)
                 .minimum_calls(4)
                 .open_wait(Duration::from_secs(20))

@@ -112,7 +112,8 @@ fn routes() -> RouteTable<StandardClassifier> {
 }
 
 fn breaker_config() -> CircuitBreakerConfig {
-    CircuitBreakerConfig::builder("eq")
+    CircuitBreakerConfig::builder()
+        .name("eq")
         .count_window(8)
         .minimum_calls(4)
         .failure_rate_threshold(50)

@@ -76,7 +76,8 @@ fn call(addr: SocketAddr, encoding: &str, status: u8) -> Request<Full<Bytes>> {
 fn policy() -> Policy {
     Policy::builder("web")
         .circuit_breaker(
-            CircuitBreakerConfig::builder("web")
+            CircuitBreakerConfig::builder()
+                .name("web")
                 .count_window(4)
                 .minimum_calls(4)
                 .failure_rate_threshold(50)

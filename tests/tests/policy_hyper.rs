@@ -22,7 +22,8 @@ fn get(url: &str) -> Request<Full<Bytes>> {
 
 /// A breaker that opens after 4 calls at 50 % failures and stays open for a minute.
 fn breaker(name: &str) -> fusebox::breaker::CircuitBreakerConfigBuilder {
-    CircuitBreakerConfig::builder(name)
+    CircuitBreakerConfig::builder()
+        .name(name)
         .count_window(4)
         .minimum_calls(4)
         .failure_rate_threshold(50)

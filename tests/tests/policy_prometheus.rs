@@ -52,7 +52,8 @@ async fn every_layer_is_scraped_under_its_documented_name() {
         .timeout(Duration::from_secs(1))
         .concurrency_limit(8)
         .circuit_breaker(
-            CircuitBreakerConfig::builder("checkout")
+            CircuitBreakerConfig::builder()
+                .name("checkout")
                 .count_window(4)
                 .minimum_calls(4)
                 .open_wait_jitter(Duration::ZERO),

@@ -300,7 +300,8 @@ async fn a_keyed_policy_in_code_shares_the_keys_it_lists() {
         Replica::of(
             Policy::builder("partners")
                 .circuit_breaker(
-                    CircuitBreakerConfig::builder("partners")
+                    CircuitBreakerConfig::builder()
+                        .name("partners")
                         .count_window(20)
                         .minimum_calls(10)
                         .failure_rate_threshold(50)

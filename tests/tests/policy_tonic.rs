@@ -14,7 +14,8 @@ use tonic::Code;
 use tonic_common::{Feed, Tick, lazy_channel, serve, unary, watch};
 
 fn breaker() -> fusebox::breaker::CircuitBreakerConfigBuilder {
-    CircuitBreakerConfig::builder("feed")
+    CircuitBreakerConfig::builder()
+        .name("feed")
         .count_window(4)
         .minimum_calls(4)
         .open_wait(Duration::from_secs(30))

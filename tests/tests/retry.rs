@@ -98,7 +98,7 @@ async fn the_cut_off_stops_retries_against_a_failing_dependency() {
     let server = TestServer::start(Reply::status(503)).await;
     let layer = layer(
         base_config()
-            .failure_rate_threshold(Some(0.1))
+            .failure_rate_threshold(Some(10))
             .cutoff_minimum_calls(20)
             .max_attempts(3),
     );

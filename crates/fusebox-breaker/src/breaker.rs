@@ -524,7 +524,8 @@ mod tests {
 
     fn breaker() -> Arc<Breaker<StandardClassifier, MemoryStore>> {
         let config = Arc::new(
-            CircuitBreakerConfig::builder("leases")
+            CircuitBreakerConfig::builder()
+                .name("leases")
                 .build()
                 .expect("a valid config"),
         );

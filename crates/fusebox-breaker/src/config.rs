@@ -23,7 +23,7 @@ pub enum WindowConfig {
 
 /// What happens to the window when the breaker closes after successful probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum OnClose {
     /// Start from an empty window (the default). The probes proved the dependency healthy;
@@ -42,12 +42,17 @@ pub enum OnClose {
 /// that is longer).
 const DEFAULT_MAX_OPEN_WAIT: Duration = Duration::from_secs(300);
 
+/// The name of a breaker nobody named: a policy names its breaker after itself.
+pub const UNNAMED: &str = "default";
+
 /// A validated circuit breaker configuration. Build it with
 /// [`CircuitBreakerConfig::builder`]; with the `serde` feature it also deserializes (and is
-/// validated while deserializing).
+/// validated while deserializing), through its file section, `CircuitBreakerSection`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CircuitBreakerConfig {
     pub(crate) name: Arc<str>,
+    /// Whether the name was given (a policy names an unnamed breaker after itself).
+    pub(crate) named: bool,
     pub(crate) window: WindowConfig,
     pub(crate) minimum_calls: u32,
     pub(crate) failure_rate_threshold: u8,
@@ -81,10 +86,12 @@ impl CircuitBreakerConfig {
     /// | `max_half_open_wait` | 30 s | a stuck probe re-opens the breaker instead of wedging it |
     /// | `on_close` | [`OnClose::Clear`] | see there |
     /// | `count_overloaded` | false | a full local bulkhead says nothing about the dependency |
-    pub fn builder(name: impl Into<Arc<str>>) -> CircuitBreakerConfigBuilder {
+    /// | `name` | the policy's (a breaker used alone: [`UNNAMED`]) | set it once, on the policy |
+    pub fn builder() -> CircuitBreakerConfigBuilder {
         CircuitBreakerConfigBuilder {
             config: CircuitBreakerConfig {
-                name: name.into(),
+                name: Arc::from(UNNAMED),
+                named: false,
                 window: WindowConfig::Count { size: 100 },
                 minimum_calls: 20,
                 failure_rate_threshold: 50,
@@ -111,6 +118,45 @@ impl CircuitBreakerConfig {
     /// The breaker's name (in errors, events and metrics).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the name was given rather than left to whoever uses the breaker (a policy
+    /// names an unnamed breaker after itself).
+    pub fn is_named(&self) -> bool {
+        self.named
+    }
+
+    /// This configuration, named `name` (what a policy does to a breaker nobody named).
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = name.into();
+        self.named = true;
+        self
+    }
+
+    /// A builder holding this configuration, to change some settings and build again.
+    pub fn to_builder(&self) -> CircuitBreakerConfigBuilder {
+        CircuitBreakerConfigBuilder {
+            config: self.clone(),
+            probe_successes_set: true,
+            max_open_wait: (self.open_wait_multiplier > 1.0).then_some(self.max_open_wait),
+            raw_failure_rate: Some(u32::from(self.failure_rate_threshold)),
+            raw_slow_rate: Some(u32::from(self.slow_call_rate_threshold)),
+        }
+    }
+
+    /// The open wait's growth per trip in a row (1.0: none).
+    pub fn open_wait_multiplier(&self) -> f64 {
+        self.open_wait_multiplier
+    }
+
+    /// The cap of a growing open wait (`open_wait` itself when the wait does not grow).
+    pub fn max_open_wait(&self) -> Duration {
+        self.max_open_wait
+    }
+
+    /// The seed of the jitter's random numbers, if set.
+    pub fn seed(&self) -> Option<u64> {
+        self.seed
     }
 
     /// The window.
@@ -198,15 +244,37 @@ impl CircuitBreakerConfig {
 /// every field and reports every problem.
 #[derive(Debug, Clone)]
 pub struct CircuitBreakerConfigBuilder {
-    config: CircuitBreakerConfig,
+    pub(crate) config: CircuitBreakerConfig,
     probe_successes_set: bool,
     /// The cap given with [`open_wait_growth`](Self::open_wait_growth), if any.
-    max_open_wait: Option<Duration>,
+    pub(crate) max_open_wait: Option<Duration>,
     raw_failure_rate: Option<u32>,
     raw_slow_rate: Option<u32>,
 }
 
 impl CircuitBreakerConfigBuilder {
+    /// Names the breaker (in errors, events and metrics). Unset, a policy names it after
+    /// itself, and a breaker used alone is named [`UNNAMED`].
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.config.name = name.into();
+        self.config.named = true;
+        self
+    }
+
+    /// Names the breaker `name` unless it was named already (what a policy does).
+    pub fn name_if_unnamed(self, name: impl Into<Arc<str>>) -> Self {
+        if self.config.named {
+            self
+        } else {
+            self.name(name)
+        }
+    }
+
+    /// Whether a name was given.
+    pub fn is_named(&self) -> bool {
+        self.config.named
+    }
+
     /// Judge the last `size` calls (1..=1,000,000).
     pub fn count_window(mut self, size: u32) -> Self {
         self.config.window = WindowConfig::Count { size };
@@ -316,7 +384,7 @@ impl CircuitBreakerConfigBuilder {
         });
         match c.window {
             WindowConfig::Count { size } => {
-                v.check((1..=1_000_000).contains(&size), "window.size", || {
+                v.check((1..=1_000_000).contains(&size), "count_window", || {
                     format!("must be within 1..=1000000, got {size}")
                 });
                 v.check(c.minimum_calls <= size, "minimum_calls", || {
@@ -327,10 +395,10 @@ impl CircuitBreakerConfigBuilder {
                 });
             }
             WindowConfig::Time { duration, buckets } => {
-                v.check(!duration.is_zero(), "window.duration", || {
+                v.check(!duration.is_zero(), "time_window", || {
                     "must be greater than zero".into()
                 });
-                v.check((1..=3600).contains(&buckets), "window.buckets", || {
+                v.check((1..=3600).contains(&buckets), "time_window_buckets", || {
                     format!("must be within 1..=3600, got {buckets}")
                 });
             }
@@ -421,128 +489,13 @@ impl CircuitBreakerConfigBuilder {
     }
 }
 
-#[cfg(feature = "serde")]
-mod de {
-    use super::*;
-    use serde::Deserialize;
-
-    /// The serde form: every field optional (defaults as the builder's), durations as
-    /// human-readable strings (`"30s"`, `"750ms"`), unknown fields rejected.
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    pub(super) struct Raw {
-        name: String,
-        #[serde(default)]
-        window: Option<RawWindow>,
-        minimum_calls: Option<u32>,
-        failure_rate_threshold: Option<u32>,
-        slow_call_rate_threshold: Option<u32>,
-        consecutive_failures: Option<u32>,
-        #[serde(default, with = "humantime_serde")]
-        open_wait: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        open_wait_jitter: Option<Duration>,
-        open_wait_multiplier: Option<f64>,
-        #[serde(default, with = "humantime_serde")]
-        max_open_wait: Option<Duration>,
-        permitted_probes: Option<u32>,
-        probe_successes: Option<u32>,
-        #[serde(default, with = "humantime_serde")]
-        max_half_open_wait: Option<Duration>,
-        on_close: Option<OnClose>,
-        count_overloaded: Option<bool>,
-        seed: Option<u64>,
-    }
-
-    #[derive(Deserialize)]
-    #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-    enum RawWindow {
-        Count {
-            size: u32,
-        },
-        Time {
-            #[serde(with = "humantime_serde")]
-            duration: Duration,
-            #[serde(default = "default_buckets")]
-            buckets: u32,
-        },
-    }
-
-    fn default_buckets() -> u32 {
-        10
-    }
-
-    impl TryFrom<Raw> for CircuitBreakerConfig {
-        type Error = ConfigError;
-
-        fn try_from(raw: Raw) -> Result<Self, ConfigError> {
-            let mut b = CircuitBreakerConfig::builder(raw.name);
-            match raw.window {
-                Some(RawWindow::Count { size }) => b = b.count_window(size),
-                Some(RawWindow::Time { duration, buckets }) => b = b.time_window(duration, buckets),
-                None => {}
-            }
-            if let Some(x) = raw.minimum_calls {
-                b = b.minimum_calls(x);
-            }
-            if let Some(x) = raw.failure_rate_threshold {
-                b = b.failure_rate_threshold(x);
-            }
-            if let Some(x) = raw.slow_call_rate_threshold {
-                b = b.slow_call_rate_threshold(x);
-            }
-            if let Some(x) = raw.consecutive_failures {
-                b = b.consecutive_failures(x);
-            }
-            if let Some(x) = raw.open_wait {
-                b = b.open_wait(x);
-            }
-            if let Some(x) = raw.open_wait_jitter {
-                b = b.open_wait_jitter(x);
-            }
-            if let Some(m) = raw.open_wait_multiplier {
-                b.config.open_wait_multiplier = m;
-            }
-            if raw.max_open_wait.is_some() {
-                b.max_open_wait = raw.max_open_wait;
-            }
-            if let Some(x) = raw.permitted_probes {
-                b = b.permitted_probes(x);
-            }
-            if let Some(x) = raw.probe_successes {
-                b = b.probe_successes(x);
-            }
-            if raw.max_half_open_wait.is_some() {
-                b = b.max_half_open_wait(raw.max_half_open_wait);
-            }
-            if let Some(x) = raw.on_close {
-                b = b.on_close(x);
-            }
-            if let Some(x) = raw.count_overloaded {
-                b = b.count_overloaded(x);
-            }
-            if let Some(x) = raw.seed {
-                b = b.seed(x);
-            }
-            b.build()
-        }
-    }
-
-    impl<'de> Deserialize<'de> for CircuitBreakerConfig {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let raw = Raw::deserialize(d)?;
-            CircuitBreakerConfig::try_from(raw).map_err(serde::de::Error::custom)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn defaults_are_valid() {
-        let c = CircuitBreakerConfig::builder("dep").build().unwrap();
+        let c = CircuitBreakerConfig::builder().name("dep").build().unwrap();
         assert_eq!(c.window(), WindowConfig::Count { size: 100 });
         assert_eq!(c.minimum_calls(), 20);
         assert_eq!(c.permitted_probes(), 3);
@@ -552,7 +505,8 @@ mod tests {
 
     #[test]
     fn every_problem_is_reported_with_its_field() {
-        let err = CircuitBreakerConfig::builder(" ")
+        let err = CircuitBreakerConfig::builder()
+            .name(" ")
             .count_window(10)
             .minimum_calls(11)
             .failure_rate_threshold(150)
@@ -585,7 +539,8 @@ mod tests {
                 .contains("failure_rate_threshold: must be within 1..=100, got 150"),
             "{err}"
         );
-        let err = CircuitBreakerConfig::builder("d")
+        let err = CircuitBreakerConfig::builder()
+            .name("d")
             .time_window(Duration::ZERO, 0)
             .minimum_calls(0)
             .build()
@@ -593,9 +548,10 @@ mod tests {
         let fields: Vec<&str> = err.problems().iter().map(|p| p.path()).collect();
         assert_eq!(
             fields,
-            ["window.duration", "window.buckets", "minimum_calls"]
+            ["time_window", "time_window_buckets", "minimum_calls"]
         );
-        let err = CircuitBreakerConfig::builder("d")
+        let err = CircuitBreakerConfig::builder()
+            .name("d")
             .open_wait(Duration::from_secs(10))
             .open_wait_growth(2.0, Duration::from_secs(5))
             .build()
@@ -605,7 +561,8 @@ mod tests {
 
     #[test]
     fn open_wait_grows_and_caps() {
-        let c = CircuitBreakerConfig::builder("d")
+        let c = CircuitBreakerConfig::builder()
+            .name("d")
             .open_wait(Duration::from_secs(10))
             .open_wait_growth(2.0, Duration::from_secs(60))
             .build()
@@ -624,7 +581,8 @@ mod tests {
             Duration::from_secs(3 * 3600),
             Duration::from_secs(86_400),
         ] {
-            let c = CircuitBreakerConfig::builder("d")
+            let c = CircuitBreakerConfig::builder()
+                .name("d")
                 .open_wait(wait)
                 .build()
                 .unwrap_or_else(|e| panic!("open_wait {wait:?}: {e}"));
@@ -636,7 +594,8 @@ mod tests {
                 "no growth: every trip waits the same"
             );
             // A multiplier of 1.0 is no growth either: its cap is not consulted.
-            let c = CircuitBreakerConfig::builder("d")
+            let c = CircuitBreakerConfig::builder()
+                .name("d")
                 .open_wait(wait)
                 .open_wait_growth(1.0, Duration::from_secs(60))
                 .build()
@@ -644,13 +603,15 @@ mod tests {
             assert_eq!(c.open_wait_for(3), wait);
         }
         // Without growth the cap is the open wait itself.
-        let c = CircuitBreakerConfig::builder("d")
+        let c = CircuitBreakerConfig::builder()
+            .name("d")
             .open_wait(Duration::from_secs(600))
             .build()
             .unwrap();
         assert_eq!(c.max_open_wait, Duration::from_secs(600));
         // Growth with a cap below the open wait: refused, naming the cap the user gave.
-        let err = CircuitBreakerConfig::builder("d")
+        let err = CircuitBreakerConfig::builder()
+            .name("d")
             .open_wait(Duration::from_secs(600))
             .open_wait_growth(2.0, Duration::from_secs(300))
             .build()
@@ -692,7 +653,7 @@ mod tests {
     #[test]
     fn deserializes_with_human_durations_and_validates() {
         let c: CircuitBreakerConfig = serde_json::from_str(
-            r#"{"name":"fraud","window":{"kind":"time","duration":"20s","buckets":20},
+            r#"{"name":"fraud","time_window":"20s","time_window_buckets":20,
                 "minimum_calls":5,"failure_rate_threshold":40,"open_wait":"750ms",
                 "open_wait_jitter":"0s","max_half_open_wait":"2s","on_close":"keep"}"#,
         )

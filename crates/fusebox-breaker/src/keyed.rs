@@ -776,7 +776,8 @@ mod tests {
 
     /// Opens after 4 calls at 50 % failures, stays open 10 s (no jitter).
     fn config() -> CircuitBreakerConfig {
-        CircuitBreakerConfig::builder("dep")
+        CircuitBreakerConfig::builder()
+            .name("dep")
             .count_window(10)
             .minimum_calls(4)
             .failure_rate_threshold(50)

@@ -40,7 +40,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let config = CircuitBreakerConfig::builder("payments")
+//! let config = CircuitBreakerConfig::builder().name("payments")
 //!     .count_window(10)
 //!     .minimum_calls(4)
 //!     .failure_rate_threshold(50)
@@ -79,6 +79,9 @@ mod future;
 mod keyed;
 mod layer;
 pub mod plain;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+mod section;
 mod service;
 pub mod sim;
 pub mod state;
@@ -86,7 +89,9 @@ pub mod store;
 pub mod window;
 
 pub use crate::breaker::{BreakerHandle, EosRecorder, Guard};
-pub use crate::config::{CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, WindowConfig};
+pub use crate::config::{
+    CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, UNNAMED, WindowConfig,
+};
 pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};
 pub use crate::keyed::{
@@ -95,6 +100,8 @@ pub use crate::keyed::{
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture};
+#[cfg(feature = "serde")]
+pub use crate::section::CircuitBreakerSection;
 pub use crate::service::CircuitBreaker;
 pub use crate::state::{Command, Reason, Snapshot, State, Transition};
 pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};

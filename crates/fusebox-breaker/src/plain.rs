@@ -44,7 +44,7 @@ use tower_service::Service;
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-/// let config = CircuitBreakerConfig::builder("inventory-db")
+/// let config = CircuitBreakerConfig::builder().name("inventory-db")
 ///     .count_window(4)
 ///     .minimum_calls(4)
 ///     .build()?;
@@ -293,7 +293,8 @@ mod tests {
     use tower_test::mock;
 
     fn config() -> crate::CircuitBreakerConfigBuilder {
-        CircuitBreakerConfig::builder("db")
+        CircuitBreakerConfig::builder()
+            .name("db")
             .count_window(4)
             .minimum_calls(4)
             .failure_rate_threshold(50)

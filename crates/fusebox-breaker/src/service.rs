@@ -52,7 +52,7 @@ impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
     ///
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    /// let config = CircuitBreakerConfig::builder("fraud-eu")
+    /// let config = CircuitBreakerConfig::builder().name("fraud-eu")
     ///     .count_window(4)
     ///     .minimum_calls(4)
     ///     .build()?;

@@ -12,7 +12,7 @@
 //! use fusebox_classify::Nanos;
 //! use std::time::Duration;
 //!
-//! let config = CircuitBreakerConfig::builder("replay")
+//! let config = CircuitBreakerConfig::builder().name("replay")
 //!     .count_window(10)
 //!     .minimum_calls(5)
 //!     .open_wait(Duration::from_secs(5))

@@ -643,7 +643,8 @@ mod tests {
     fn config(
         f: impl FnOnce(crate::CircuitBreakerConfigBuilder) -> crate::CircuitBreakerConfigBuilder,
     ) -> Arc<CircuitBreakerConfig> {
-        let b = CircuitBreakerConfig::builder("test")
+        let b = CircuitBreakerConfig::builder()
+            .name("test")
             .count_window(10)
             .minimum_calls(5)
             .failure_rate_threshold(50)
@@ -1176,7 +1177,8 @@ mod interleavings {
 
     fn half_open_machine() -> (Machine, Permit) {
         let cfg = Arc::new(
-            CircuitBreakerConfig::builder("model")
+            CircuitBreakerConfig::builder()
+                .name("model")
                 .count_window(4)
                 .minimum_calls(2)
                 .open_wait(Duration::from_secs(1))

@@ -348,7 +348,8 @@ mod tests {
 
     fn store(window: u32) -> MemoryStore {
         let config = Arc::new(
-            CircuitBreakerConfig::builder("store")
+            CircuitBreakerConfig::builder()
+                .name("store")
                 .count_window(window)
                 .minimum_calls(window)
                 .build()

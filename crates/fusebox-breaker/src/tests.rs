@@ -17,7 +17,8 @@ use tower_test::mock;
 type Body = Empty<Bytes>;
 
 fn config() -> CircuitBreakerConfigBuilder {
-    CircuitBreakerConfig::builder("dep")
+    CircuitBreakerConfig::builder()
+        .name("dep")
         .count_window(10)
         .minimum_calls(4)
         .failure_rate_threshold(50)

@@ -40,6 +40,16 @@ pub trait Classifier: Clone + Send + Sync + 'static {
         let _ = call;
         classify_error_chain(error)
     }
+
+    /// Takes from `default` — the default route's classifier, when this one is a named
+    /// route's — every setting this classifier does not set itself. Called once per named
+    /// route when a [`RouteTable`](crate::RouteTable) is built, so that a route that says only
+    /// what differs (say, `count_throttling`) keeps the rest of the default route. The
+    /// default keeps this classifier as it is: a classifier of your own inherits nothing
+    /// unless it says how.
+    fn inherit(&mut self, default: &Self) {
+        let _ = default;
+    }
 }
 
 /// The default classification of an error, from the first error in its `source()` chain
@@ -90,6 +100,8 @@ pub fn classify_error_chain(error: &(dyn Error + 'static)) -> Verdict {
 
 /// Which protocol a route speaks, for [`StandardClassifier`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Protocol {
     /// Decide per response: `content-type: application/grpc...` on a 200 is gRPC
     /// (gRPC-Web, `application/grpc-web...`, included), anything else is HTTP. Costs one
@@ -109,6 +121,8 @@ pub struct StandardClassifier {
     http: HttpClassifier,
     grpc: GrpcClassifier,
     protocol: Protocol,
+    /// Whether the protocol was fixed (not left to detection by default).
+    protocol_set: bool,
 }
 
 impl StandardClassifier {
@@ -133,7 +147,13 @@ impl StandardClassifier {
     /// Fixes the protocol instead of detecting it per response.
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
+        self.protocol_set = true;
         self
+    }
+
+    /// The protocol setting, if it was set.
+    pub fn protocol_setting(&self) -> Option<Protocol> {
+        self.protocol_set.then_some(self.protocol)
     }
 
     /// Counts 429 Too Many Requests and gRPC RESOURCE_EXHAUSTED as failures (or, with
@@ -187,6 +207,15 @@ impl Classifier for StandardClassifier {
     fn classify_eos(&self, call: &Call<'_>, trailers: Option<&HeaderMap>) -> Verdict {
         // Only gRPC defers to the end of the stream.
         self.grpc.classify_eos(call, trailers)
+    }
+
+    fn inherit(&mut self, default: &Self) {
+        self.http.inherit(&default.http);
+        self.grpc.inherit(&default.grpc);
+        if !self.protocol_set && default.protocol_set {
+            self.protocol = default.protocol;
+            self.protocol_set = true;
+        }
     }
 }
 

@@ -113,11 +113,18 @@ impl Code {
 /// - **success**: OK and every other code — the server answered, the caller asked wrongly;
 /// - **retryable**: UNAVAILABLE and RESOURCE_EXHAUSTED, honouring `grpc-retry-pushback-ms`
 ///   (a negative pushback means "do not retry").
+///
+/// The classifier remembers which codes were set: a named route's classifier takes the
+/// default route's settings for every code it does not set itself ([`Classifier::inherit`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcClassifier {
     failure: u32,
     ignored: u32,
     retryable: u32,
+    /// Codes whose outcome was set.
+    outcome_set: u32,
+    /// Codes whose retryability was set.
+    retry_set: u32,
 }
 
 impl Default for GrpcClassifier {
@@ -133,6 +140,8 @@ impl Default for GrpcClassifier {
             ]),
             ignored: bits(&[Code::ResourceExhausted, Code::Cancelled]),
             retryable: bits(&[Code::Unavailable, Code::ResourceExhausted]),
+            outcome_set: 0,
+            retry_set: 0,
         }
     }
 }
@@ -147,6 +156,7 @@ impl GrpcClassifier {
     pub fn failure(mut self, code: Code) -> Self {
         self.failure |= code.bit();
         self.ignored &= !code.bit();
+        self.outcome_set |= code.bit();
         self
     }
 
@@ -154,6 +164,7 @@ impl GrpcClassifier {
     pub fn success(mut self, code: Code) -> Self {
         self.failure &= !code.bit();
         self.ignored &= !code.bit();
+        self.outcome_set |= code.bit();
         self
     }
 
@@ -161,6 +172,7 @@ impl GrpcClassifier {
     pub fn ignore(mut self, code: Code) -> Self {
         self.failure &= !code.bit();
         self.ignored |= code.bit();
+        self.outcome_set |= code.bit();
         self
     }
 
@@ -171,7 +183,20 @@ impl GrpcClassifier {
         } else {
             self.retryable &= !code.bit();
         }
+        self.retry_set |= code.bit();
         self
+    }
+
+    /// Takes from `default` the outcome and retryability of every code that `default` set
+    /// and this classifier did not.
+    pub fn inherit(&mut self, default: &GrpcClassifier) {
+        let outcome = default.outcome_set & !self.outcome_set;
+        self.failure = (self.failure & !outcome) | (default.failure & outcome);
+        self.ignored = (self.ignored & !outcome) | (default.ignored & outcome);
+        self.outcome_set |= outcome;
+        let retry = default.retry_set & !self.retry_set;
+        self.retryable = (self.retryable & !retry) | (default.retryable & retry);
+        self.retry_set |= retry;
     }
 
     /// Counts RESOURCE_EXHAUSTED as a failure (`true`) or ignores it (`false`, default).
@@ -244,6 +269,10 @@ impl Classifier for GrpcClassifier {
 
     fn classify_eos(&self, _call: &Call<'_>, trailers: Option<&HeaderMap>) -> Verdict {
         self.verdict(Self::code_of(trailers), trailers)
+    }
+
+    fn inherit(&mut self, default: &Self) {
+        GrpcClassifier::inherit(self, default);
     }
 }
 

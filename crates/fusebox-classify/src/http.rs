@@ -75,12 +75,18 @@ impl FromIterator<u16> for StatusSet {
 ///
 /// Each code can be moved with [`failure`](HttpClassifier::failure),
 /// [`success`](HttpClassifier::success), [`ignore`](HttpClassifier::ignore) and the range
-/// variants.
+/// variants. The classifier remembers which codes were set so: a named route's classifier
+/// takes the default route's settings for every code it does not set itself
+/// ([`Classifier::inherit`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpClassifier {
     failure: StatusSet,
     ignored: StatusSet,
     retryable: StatusSet,
+    /// Codes whose outcome was set (not left at the default).
+    outcome_set: StatusSet,
+    /// Codes whose retryability was set.
+    retry_set: StatusSet,
 }
 
 impl Default for HttpClassifier {
@@ -93,6 +99,8 @@ impl Default for HttpClassifier {
             failure,
             ignored: [429].into_iter().collect(),
             retryable: [429, 502, 503, 504].into_iter().collect(),
+            outcome_set: StatusSet::default(),
+            retry_set: StatusSet::default(),
         }
     }
 }
@@ -103,10 +111,36 @@ impl HttpClassifier {
         Self::default()
     }
 
+    fn set_outcome(&mut self, code: u16, outcome: Outcome) {
+        match outcome {
+            Outcome::Failure => {
+                self.failure.insert(code);
+                self.ignored.remove(code);
+            }
+            Outcome::Ignored => {
+                self.failure.remove(code);
+                self.ignored.insert(code);
+            }
+            Outcome::Success => {
+                self.failure.remove(code);
+                self.ignored.remove(code);
+            }
+        }
+        self.outcome_set.insert(code);
+    }
+
+    fn set_retryable(&mut self, code: u16, retryable: bool) {
+        if retryable {
+            self.retryable.insert(code);
+        } else {
+            self.retryable.remove(code);
+        }
+        self.retry_set.insert(code);
+    }
+
     /// Counts `code` as a failure.
     pub fn failure(mut self, code: u16) -> Self {
-        self.failure.insert(code);
-        self.ignored.remove(code);
+        self.set_outcome(code, Outcome::Failure);
         self
     }
 
@@ -120,8 +154,7 @@ impl HttpClassifier {
 
     /// Counts `code` as a success.
     pub fn success(mut self, code: u16) -> Self {
-        self.failure.remove(code);
-        self.ignored.remove(code);
+        self.set_outcome(code, Outcome::Success);
         self
     }
 
@@ -135,8 +168,7 @@ impl HttpClassifier {
 
     /// Does not count `code` at all.
     pub fn ignore(mut self, code: u16) -> Self {
-        self.failure.remove(code);
-        self.ignored.insert(code);
+        self.set_outcome(code, Outcome::Ignored);
         self
     }
 
@@ -150,12 +182,37 @@ impl HttpClassifier {
 
     /// Whether a retry may help after `code` (when it is a failure or ignored).
     pub fn retryable(mut self, code: u16, retryable: bool) -> Self {
-        if retryable {
-            self.retryable.insert(code);
-        } else {
-            self.retryable.remove(code);
-        }
+        self.set_retryable(code, retryable);
         self
+    }
+
+    /// Takes from `default` the outcome and retryability of every code that `default` set
+    /// and this classifier did not.
+    pub fn inherit(&mut self, default: &HttpClassifier) {
+        for (code, outcome) in default.set_outcomes() {
+            if !self.outcome_set.contains(code) {
+                self.set_outcome(code, outcome);
+            }
+        }
+        for code in default.retry_set.iter() {
+            if !self.retry_set.contains(code) {
+                self.set_retryable(code, default.retryable.contains(code));
+            }
+        }
+    }
+
+    /// The codes whose outcome was set (not left at the default), each with its outcome.
+    pub fn set_outcomes(&self) -> impl Iterator<Item = (u16, Outcome)> + '_ {
+        self.outcome_set.iter().map(|code| {
+            let outcome = if self.failure.contains(code) {
+                Outcome::Failure
+            } else if self.ignored.contains(code) {
+                Outcome::Ignored
+            } else {
+                Outcome::Success
+            };
+            (code, outcome)
+        })
     }
 
     /// Counts 429 Too Many Requests as a failure (`true`) or ignores it (`false`, the
@@ -211,6 +268,9 @@ impl Classifier for HttpClassifier {
         // Never deferred: the status line decided. Reaching here means a custom wrapper
         // asked anyway; the stream ended normally, so the answer stands as a success.
         Verdict::SUCCESS
+    }
+    fn inherit(&mut self, default: &Self) {
+        HttpClassifier::inherit(self, default);
     }
 }
 

@@ -61,6 +61,9 @@ pub mod grpc_web;
 pub mod http;
 mod outcome;
 pub mod route;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod section;
 pub mod shard;
 
 pub use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
@@ -73,4 +76,4 @@ pub use crate::error::{BoxError, ErrorKind};
 pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};
-pub use crate::route::{CallMeta, Route, RouteId, RouteTable, RouteTableBuilder};
+pub use crate::route::{CallMeta, Inherited, Route, RouteId, RouteTable, RouteTableBuilder};

@@ -40,13 +40,55 @@ impl RouteId {
 }
 
 /// The settings of one route.
+///
+/// A named route inherits from the table's default route every setting it does not set
+/// itself — slow-call threshold, timeout, retries, idempotency, and the classifier's own
+/// settings ([`Classifier::inherit`]) — when the table is built. A route can still say
+/// "none" for an inherited threshold or timeout: [`no_slow_call_duration`] and
+/// [`no_timeout`].
+///
+/// ```
+/// use fusebox_classify::{Route, RouteTable, StandardClassifier};
+/// use std::time::Duration;
+///
+/// let table = RouteTable::builder(Route::default().slow_call_duration(Duration::from_millis(250)))
+///     .route("POST /score", Route::new(StandardClassifier::new().count_throttling(true)))
+///     .route("GET /export", Route::default().no_slow_call_duration())
+///     .build()?;
+/// let score = table.route(table.resolve_path(&http::Method::POST, "/score"));
+/// assert_eq!(score.slow_call_threshold(), Some(Duration::from_millis(250)), "inherited");
+/// let export = table.route(table.resolve_path(&http::Method::GET, "/export"));
+/// assert_eq!(export.slow_call_threshold(), None, "said none");
+/// # Ok::<(), fusebox_classify::ConfigError>(())
+/// ```
+///
+/// [`no_slow_call_duration`]: Route::no_slow_call_duration
+/// [`no_timeout`]: Route::no_timeout
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route<C = StandardClassifier> {
     classifier: C,
-    slow_call_duration: Option<Duration>,
-    timeout: Option<Duration>,
-    retry: bool,
-    idempotent: Option<bool>,
+    /// `None`: not set here (inherited); `Some(None)`: set to none.
+    slow_call_duration: Option<Option<Duration>>,
+    timeout: Option<Option<Duration>>,
+    retry: Option<bool>,
+    /// `Some(None)`: set to "by the method and headers".
+    idempotent: Option<Option<bool>>,
+    /// The settings this route took from the default route when its table was built.
+    inherited: Inherited,
+}
+
+/// Which of a route's settings it took from its table's default route (see
+/// [`Route::inherited`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Inherited {
+    /// The slow-call threshold.
+    pub slow_call_duration: bool,
+    /// The timeout.
+    pub timeout: bool,
+    /// Whether retries are allowed.
+    pub retry: bool,
+    /// The idempotency override.
+    pub idempotent: bool,
 }
 
 impl Default for Route<StandardClassifier> {
@@ -56,15 +98,17 @@ impl Default for Route<StandardClassifier> {
 }
 
 impl<C> Route<C> {
-    /// A route classified by `classifier`, with no slow-call threshold, no timeout, and
-    /// retries allowed.
+    /// A route classified by `classifier` that sets nothing else: as a table's default
+    /// route it has no slow-call threshold, no timeout and allows retries; as a named
+    /// route it takes those from the default route.
     pub fn new(classifier: C) -> Self {
         Route {
             classifier,
             slow_call_duration: None,
             timeout: None,
-            retry: true,
+            retry: None,
             idempotent: None,
+            inherited: Inherited::default(),
         }
     }
 
@@ -72,27 +116,78 @@ impl<C> Route<C> {
     /// the adaptive limits). Without a threshold no call is slow and the breaker need not
     /// read the clock for it.
     pub fn slow_call_duration(mut self, threshold: Duration) -> Self {
-        self.slow_call_duration = Some(threshold);
+        self.slow_call_duration = Some(Some(threshold));
+        self
+    }
+
+    /// No call on this route is slow, whatever the default route says.
+    pub fn no_slow_call_duration(mut self) -> Self {
+        self.slow_call_duration = Some(None);
         self
     }
 
     /// The route's timeout (read by the timeout layer).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
+        self.timeout = Some(Some(timeout));
+        self
+    }
+
+    /// No timeout of its own on this route, whatever the default route says (the timeout
+    /// layer's default timeout, if it has one, still applies).
+    pub fn no_timeout(mut self) -> Self {
+        self.timeout = Some(None);
         self
     }
 
     /// Whether the retry layer may retry calls on this route (default `true`).
     pub fn retry(mut self, retry: bool) -> Self {
-        self.retry = retry;
+        self.retry = Some(retry);
         self
     }
 
     /// Overrides whether requests on this route are safe to repeat, whatever their method
     /// and headers (a POST that is idempotent by contract, or a GET that is not).
     pub fn idempotent(mut self, idempotent: bool) -> Self {
-        self.idempotent = Some(idempotent);
+        self.idempotent = Some(Some(idempotent));
         self
+    }
+
+    /// Requests on this route are safe to repeat as their method and headers say, whatever
+    /// the default route says.
+    pub fn idempotent_by_method(mut self) -> Self {
+        self.idempotent = Some(None);
+        self
+    }
+
+    /// Takes from `default` every setting this route does not set itself, the classifier's
+    /// included ([`Classifier::inherit`]). [`RouteTableBuilder::build`] does this for every
+    /// named route.
+    pub fn inherit(&mut self, default: &Route<C>)
+    where
+        C: Classifier,
+    {
+        self.classifier.inherit(&default.classifier);
+        if self.slow_call_duration.is_none() {
+            self.slow_call_duration = default.slow_call_duration;
+            self.inherited.slow_call_duration = default.slow_call_duration.is_some();
+        }
+        if self.timeout.is_none() {
+            self.timeout = default.timeout;
+            self.inherited.timeout = default.timeout.is_some();
+        }
+        if self.retry.is_none() {
+            self.retry = default.retry;
+            self.inherited.retry = default.retry.is_some();
+        }
+        if self.idempotent.is_none() {
+            self.idempotent = default.idempotent;
+            self.inherited.idempotent = default.idempotent.is_some();
+        }
+    }
+
+    /// The settings this route took from the default route when its table was built.
+    pub fn inherited(&self) -> Inherited {
+        self.inherited
     }
 
     /// The classifier.
@@ -102,37 +197,60 @@ impl<C> Route<C> {
 
     /// The slow-call threshold, if any.
     pub fn slow_call_threshold(&self) -> Option<Duration> {
-        self.slow_call_duration
+        self.slow_call_duration.flatten()
+    }
+
+    /// Whether this route sets its slow-call threshold (to a value or to none) rather than
+    /// leaving it to the default route.
+    pub fn sets_slow_call_duration(&self) -> bool {
+        self.slow_call_duration.is_some() && !self.inherited.slow_call_duration
     }
 
     /// The timeout, if any.
     pub fn timeout_duration(&self) -> Option<Duration> {
-        self.timeout
+        self.timeout.flatten()
+    }
+
+    /// Whether this route sets its timeout (to a value or to none).
+    pub fn sets_timeout(&self) -> bool {
+        self.timeout.is_some() && !self.inherited.timeout
     }
 
     /// Whether retries are allowed.
     pub fn retry_enabled(&self) -> bool {
-        self.retry
+        self.retry.unwrap_or(true)
+    }
+
+    /// Whether this route sets whether retries are allowed.
+    pub fn sets_retry(&self) -> bool {
+        self.retry.is_some() && !self.inherited.retry
     }
 
     /// The idempotency override, if any.
     pub fn idempotent_override(&self) -> Option<bool> {
-        self.idempotent
+        self.idempotent.flatten()
+    }
+
+    /// Whether this route sets its idempotency (to an override or to "by method").
+    pub fn sets_idempotent(&self) -> bool {
+        self.idempotent.is_some() && !self.inherited.idempotent
     }
 
     /// Whether a call of `latency` is slow on this route.
     #[inline]
     pub fn is_slow(&self, latency: Duration) -> bool {
-        self.slow_call_duration.is_some_and(|t| latency >= t)
+        self.slow_call_duration
+            .flatten()
+            .is_some_and(|t| latency >= t)
     }
 
     fn validate(&self, path: &str, v: &mut Validator) {
-        if let Some(d) = self.slow_call_duration {
+        if let Some(Some(d)) = self.slow_call_duration {
             v.check(!d.is_zero(), &format!("{path}.slow_call_duration"), || {
                 "must be greater than zero".into()
             });
         }
-        if let Some(d) = self.timeout {
+        if let Some(Some(d)) = self.timeout {
             v.check(!d.is_zero(), &format!("{path}.timeout"), || {
                 "must be greater than zero".into()
             });
@@ -267,8 +385,9 @@ impl<C: Classifier> RouteTable<C> {
     /// A table with only a default route. Zero durations in `route` are treated as absent
     /// (use [`builder`](RouteTable::builder) to have them reported as errors).
     pub fn single(mut route: Route<C>) -> Self {
-        route.slow_call_duration = route.slow_call_duration.filter(|d| !d.is_zero());
-        route.timeout = route.timeout.filter(|d| !d.is_zero());
+        let nonzero = |d: Option<Option<Duration>>| d.map(|d| d.filter(|d| !d.is_zero()));
+        route.slow_call_duration = nonzero(route.slow_call_duration);
+        route.timeout = nonzero(route.timeout);
         RouteTable {
             table: Arc::new(Table {
                 names: vec![Arc::from(DEFAULT_ROUTE)],
@@ -351,7 +470,7 @@ impl<C: Classifier> RouteTable<C> {
         let route = self.resolve(request);
         let idempotent = self
             .route(route)
-            .idempotent
+            .idempotent_override()
             .unwrap_or_else(|| is_idempotent(request.method(), request.headers()));
         CallMeta {
             route,
@@ -439,9 +558,10 @@ impl<C: Classifier> RouteTableBuilder<C> {
         let mut routes = vec![self.default];
         // Paths in insertion order, with their candidates.
         let mut paths: Vec<(String, Candidates)> = Vec::new();
-        for (key, route) in self.routes {
+        for (key, mut route) in self.routes {
             let path_name = format!("routes[{key:?}]");
             route.validate(&path_name, &mut v);
+            route.inherit(&routes[0]);
             let (method, path) = match parse_key(&key) {
                 Ok(parsed) => parsed,
                 Err(rule) => {
@@ -516,6 +636,116 @@ fn parse_key(key: &str) -> Result<(Option<Method>, String), String> {
 mod tests {
     use super::*;
     use crate::http::HttpClassifier;
+    use crate::outcome::Outcome;
+    use http::StatusCode;
+
+    fn at<'a>(table: &'a RouteTable, method: Method, path: &str) -> &'a Route {
+        table.route(table.resolve_path(&method, path))
+    }
+
+    #[test]
+    fn named_routes_inherit_every_setting_they_do_not_set() {
+        let ms = Duration::from_millis;
+        let table = RouteTable::builder(
+            Route::new(
+                StandardClassifier::new()
+                    .http(HttpClassifier::new().failure(404).retryable(404, true))
+                    .count_throttling(true)
+                    .protocol(crate::Protocol::Http),
+            )
+            .slow_call_duration(ms(250))
+            .timeout(ms(800))
+            .retry(false)
+            .idempotent(true),
+        )
+        // Sets nothing: takes everything.
+        .route("GET /a", Route::default())
+        // Sets each thing itself, some to none.
+        .route(
+            "GET /b",
+            Route::new(
+                StandardClassifier::new()
+                    .http(HttpClassifier::new().success(404))
+                    .count_throttling(false)
+                    .protocol(crate::Protocol::Grpc),
+            )
+            .no_slow_call_duration()
+            .no_timeout()
+            .retry(true)
+            .idempotent_by_method(),
+        )
+        .build()
+        .unwrap();
+
+        let a = at(&table, Method::GET, "/a");
+        assert_eq!(a.slow_call_threshold(), Some(ms(250)));
+        assert_eq!(a.timeout_duration(), Some(ms(800)));
+        assert!(!a.retry_enabled());
+        assert_eq!(a.idempotent_override(), Some(true));
+        assert_eq!(
+            a.inherited(),
+            Inherited {
+                slow_call_duration: true,
+                timeout: true,
+                retry: true,
+                idempotent: true
+            }
+        );
+        assert!(!a.sets_timeout() && !a.sets_retry());
+        let http = a.classifier().http_rules();
+        assert_eq!(http.outcome(StatusCode::NOT_FOUND), Outcome::Failure);
+        assert_eq!(
+            http.outcome(StatusCode::TOO_MANY_REQUESTS),
+            Outcome::Failure
+        );
+        assert_eq!(
+            a.classifier()
+                .grpc_rules()
+                .outcome(crate::Code::ResourceExhausted),
+            Outcome::Failure
+        );
+        assert_eq!(
+            a.classifier().protocol_setting(),
+            Some(crate::Protocol::Http)
+        );
+
+        let b = at(&table, Method::GET, "/b");
+        assert_eq!(b.slow_call_threshold(), None);
+        assert_eq!(b.timeout_duration(), None);
+        assert!(b.retry_enabled());
+        assert_eq!(b.idempotent_override(), None);
+        assert_eq!(b.inherited(), Inherited::default());
+        assert!(b.sets_slow_call_duration() && b.sets_timeout() && b.sets_idempotent());
+        let http = b.classifier().http_rules();
+        assert_eq!(http.outcome(StatusCode::NOT_FOUND), Outcome::Success);
+        assert_eq!(
+            http.outcome(StatusCode::TOO_MANY_REQUESTS),
+            Outcome::Ignored
+        );
+        assert_eq!(
+            b.classifier().protocol_setting(),
+            Some(crate::Protocol::Grpc)
+        );
+
+        // Requests matching no route get the default route itself.
+        let other = at(&table, Method::GET, "/elsewhere");
+        assert_eq!(other.slow_call_threshold(), Some(ms(250)));
+        assert!(!other.retry_enabled());
+    }
+
+    #[test]
+    fn a_default_route_that_sets_nothing_leaves_named_routes_at_the_built_in_defaults() {
+        let table = RouteTable::builder(Route::default())
+            .route("GET /a", Route::default())
+            .build()
+            .unwrap();
+        let a = at(&table, Method::GET, "/a");
+        assert_eq!(a.slow_call_threshold(), None);
+        assert_eq!(a.timeout_duration(), None);
+        assert!(a.retry_enabled());
+        assert_eq!(a.idempotent_override(), None);
+        assert_eq!(a.inherited(), Inherited::default());
+    }
 
     fn req(method: Method, path: &str) -> Request<()> {
         Request::builder()

@@ -146,7 +146,8 @@ impl PolicySpec {
         overrides: &BreakerOverrides,
     ) -> Option<Result<CircuitBreakerConfig, ConfigError>> {
         let k = self.breaker_keys.as_ref()?;
-        let mut b = CircuitBreakerConfig::builder(k.name.clone().unwrap_or(self.name.clone()));
+        let mut b =
+            CircuitBreakerConfig::builder().name(k.name.clone().unwrap_or(self.name.clone()));
         match overrides.window.or(k.window) {
             Some(WindowConfig::Count { size }) => b = b.count_window(size),
             Some(WindowConfig::Time { duration, buckets }) => b = b.time_window(duration, buckets),

@@ -11,9 +11,6 @@ use fusebox_classify::{ConfigError, Validator};
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(feature = "serde")]
-use serde::Deserialize;
-
 /// The name a limit reports in metrics and events unless it is given one.
 pub const DEFAULT_NAME: &str = "concurrency-limit";
 
@@ -37,9 +34,9 @@ pub const DEFAULT_NAME: &str = "concurrency-limit";
 /// # Ok::<(), fusebox_classify::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(try_from = "RawConfig"))]
 pub struct ConcurrencyLimitConfig {
     pub(crate) name: Arc<str>,
+    pub(crate) named: bool,
     pub(crate) limit: Limit,
     pub(crate) queue: Option<QueueConfig>,
     pub(crate) release: Release,
@@ -62,7 +59,7 @@ pub enum Limit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(
     feature = "serde",
-    derive(Deserialize),
+    derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "snake_case")
 )]
 pub enum Release {
@@ -79,12 +76,10 @@ pub enum Release {
 
 /// The bounded queue in front of a full limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(Deserialize), serde(deny_unknown_fields))]
 pub struct QueueConfig {
     /// At most this many calls wait; more are shed at once.
     pub(crate) max_waiters: usize,
     /// A call waits at most this long for a permit, then is shed.
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub(crate) max_wait: Duration,
 }
 
@@ -113,11 +108,6 @@ impl QueueConfig {
 /// Defaults: `min_limit` 1, `initial_limit` 20, `max_limit` 1000, `backoff_ratio` 0.9,
 /// `additive_increase` 1 (per round of `limit` healthy calls).
 #[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(Deserialize),
-    serde(default, deny_unknown_fields)
-)]
 pub struct AimdConfig {
     pub(crate) min_limit: usize,
     pub(crate) max_limit: usize,
@@ -197,11 +187,6 @@ impl AimdConfig {
 /// Defaults: `min_limit` 1, `initial_limit` 20, `max_limit` 1000, `smoothing` 1.0,
 /// `alpha` 3, `beta` 6, `backoff_ratio` 0.9, `probe_interval` 60 s, `probe_samples` 10.
 #[derive(Debug, Clone, PartialEq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(Deserialize),
-    serde(default, deny_unknown_fields)
-)]
 pub struct VegasConfig {
     pub(crate) min_limit: usize,
     pub(crate) max_limit: usize,
@@ -210,7 +195,6 @@ pub struct VegasConfig {
     pub(crate) alpha: f64,
     pub(crate) beta: f64,
     pub(crate) backoff_ratio: f64,
-    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub(crate) probe_interval: Duration,
     pub(crate) probe_samples: usize,
 }
@@ -357,6 +341,30 @@ impl ConcurrencyLimitConfig {
         &self.name
     }
 
+    /// Whether the name was given (a policy names an unnamed limit after itself).
+    pub fn is_named(&self) -> bool {
+        self.named
+    }
+
+    /// This configuration, named `name` (what a policy does to a limit nobody named).
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = name.into();
+        self.named = true;
+        self
+    }
+
+    /// A builder holding this configuration, to change some settings and build again.
+    pub fn to_builder(&self) -> ConcurrencyLimitConfigBuilder {
+        ConcurrencyLimitConfigBuilder {
+            name: self.named.then(|| self.name.to_string()),
+            limit: Some(self.limit.clone()),
+            queue: self.queue,
+            release: self.release,
+            retry_after: Some(self.retry_after),
+            log_step: Some(self.log_step),
+        }
+    }
+
     /// How the limit is set.
     pub fn limit(&self) -> &Limit {
         &self.limit
@@ -397,7 +405,6 @@ impl ConcurrencyLimitConfig {
 pub struct ConcurrencyLimitConfigBuilder {
     name: Option<String>,
     limit: Option<Limit>,
-    both_set: bool,
     queue: Option<QueueConfig>,
     release: Release,
     retry_after: Option<Duration>,
@@ -410,6 +417,15 @@ impl ConcurrencyLimitConfigBuilder {
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
+    }
+
+    /// Names the limit `name` unless it was named already (what a policy does).
+    pub fn name_if_unnamed(self, name: impl Into<String>) -> Self {
+        if self.name.is_some() {
+            self
+        } else {
+            self.name(name)
+        }
     }
 
     /// A fixed limit: at most `max` calls in flight (at least 1).
@@ -462,16 +478,11 @@ impl ConcurrencyLimitConfigBuilder {
     /// Checks every field and builds the configuration, or reports every problem.
     pub fn build(self) -> Result<ConcurrencyLimitConfig, ConfigError> {
         let mut v = Validator::new();
+        let named = self.name.is_some();
         let name = self.name.unwrap_or_else(|| DEFAULT_NAME.to_owned());
         v.check(!name.trim().is_empty(), "name", || {
             "must not be empty".into()
         });
-        if self.both_set {
-            v.fail(
-                "adaptive",
-                "set either max_concurrency or adaptive, not both",
-            );
-        }
         let limit = match self.limit {
             Some(limit) => limit,
             None => {
@@ -503,69 +514,13 @@ impl ConcurrencyLimitConfigBuilder {
         });
         v.finish(ConcurrencyLimitConfig {
             name: Arc::from(name),
+            named,
             limit,
             queue: self.queue,
             release: self.release,
             retry_after: self.retry_after.unwrap_or(Duration::from_secs(1)),
             log_step,
         })
-    }
-}
-
-/// The adaptive part of a deserialized configuration: `algorithm = "aimd"` or `"vegas"`
-/// beside that algorithm's settings.
-#[cfg(feature = "serde")]
-#[derive(Debug, Deserialize)]
-#[serde(tag = "algorithm", rename_all = "snake_case")]
-enum RawAdaptive {
-    Aimd(AimdConfig),
-    Vegas(VegasConfig),
-}
-
-/// The shape of a configuration file, checked by [`ConcurrencyLimitConfigBuilder::build`].
-#[cfg(feature = "serde")]
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    max_concurrency: Option<usize>,
-    #[serde(default)]
-    adaptive: Option<RawAdaptive>,
-    #[serde(default)]
-    queue: Option<QueueConfig>,
-    #[serde(default)]
-    release: Release,
-    #[serde(default, with = "humantime_serde::option")]
-    retry_after: Option<Duration>,
-    #[serde(default)]
-    log_step: Option<usize>,
-}
-
-#[cfg(feature = "serde")]
-impl TryFrom<RawConfig> for ConcurrencyLimitConfig {
-    type Error = ConfigError;
-
-    fn try_from(raw: RawConfig) -> Result<Self, ConfigError> {
-        let mut b = ConcurrencyLimitConfig::builder().release(raw.release);
-        if let Some(name) = raw.name {
-            b = b.name(name);
-        }
-        if let Some(n) = raw.max_concurrency {
-            b = b.max_concurrency(n);
-        }
-        if let Some(adaptive) = raw.adaptive {
-            b.both_set = raw.max_concurrency.is_some();
-            b = match adaptive {
-                RawAdaptive::Aimd(c) => b.aimd(c),
-                RawAdaptive::Vegas(c) => b.vegas(c),
-            };
-        }
-        b.queue = raw.queue;
-        b.retry_after = raw.retry_after;
-        b.log_step = raw.log_step;
-        b.build()
     }
 }
 
@@ -721,7 +676,11 @@ mod tests {
             )
             .unwrap_err()
             .to_string();
-            assert!(err.contains("aimd.initial_limit: must be within"), "{err}");
+            // A file writes an adaptive limit's settings under `adaptive`, whichever algorithm.
+            assert!(
+                err.contains("adaptive.initial_limit: must be within"),
+                "{err}"
+            );
             let both = parse(r#"{ "max_concurrency": 4, "adaptive": { "algorithm": "aimd" } }"#)
                 .unwrap_err()
                 .to_string();

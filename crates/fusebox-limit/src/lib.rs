@@ -159,6 +159,9 @@ mod layer;
 mod limiter;
 pub mod observe;
 pub mod partition;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+mod section;
 mod service;
 #[cfg(test)]
 mod tests;
@@ -173,6 +176,8 @@ pub use crate::future::ResponseFuture;
 pub use crate::layer::ConcurrencyLimitLayer;
 pub use crate::observe::LimitHandle;
 pub use crate::partition::{Partitioner, Partitions, Unpartitioned};
+#[cfg(feature = "serde")]
+pub use crate::section::{AdaptiveSection, Algorithm, LimitSection, QueueSection};
 pub use crate::service::ConcurrencyLimit;
 pub use fusebox_classify::error::Overloaded;
 pub use fusebox_classify::{BoxError, ConfigError};

@@ -126,9 +126,64 @@ impl Scope {
     }
 }
 
+/// A scope as a file writes it, and as its keys in Redis show it: `"dep:payments"`,
+/// `"dep:payments:region:eu:tenant:acme"`, or `"region:eu"` (the dependency is then the
+/// breaker's name). Each part's value is checked when the configuration is built.
+impl std::str::FromStr for Scope {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Scope, String> {
+        let rule = || {
+            format!(
+                "must be \"dep:<name>\", optionally followed by \":region:<region>\" and \":tenant:<tenant>\", got {text:?}"
+            )
+        };
+        let parts: Vec<&str> = text.split(':').collect();
+        if !parts.len().is_multiple_of(2) {
+            return Err(rule());
+        }
+        let mut scope = Scope::default();
+        for pair in parts.chunks(2) {
+            let slot = match pair[0] {
+                "dep" => &mut scope.dep,
+                "region" => &mut scope.region,
+                "tenant" => &mut scope.tenant,
+                _ => return Err(rule()),
+            };
+            if slot.replace(pair[1].to_owned()).is_some() {
+                return Err(format!("names {:?} twice in {text:?}", pair[0]));
+            }
+        }
+        Ok(scope)
+    }
+}
+
+impl fmt::Display for Scope {
+    /// The file form (`dep:payments:region:eu`); a scope whose dependency is the breaker's
+    /// name leaves `dep` out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = [
+            ("dep", &self.dep),
+            ("region", &self.region),
+            ("tenant", &self.tenant),
+        ];
+        let mut first = true;
+        for (name, part) in parts {
+            if let Some(p) = part {
+                if !first {
+                    f.write_str(":")?;
+                }
+                write!(f, "{name}:{p}")?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// How outcomes reach Redis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Mode {
     /// One check-and-record script call per finished call, sent in the background; the
@@ -145,7 +200,7 @@ pub enum Mode {
 
 /// What a breaker does while Redis is unreachable (or before it first answered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum Fallback {
     /// Judge by a window of this replica's own calls (a fresh in-memory breaker), until
@@ -201,7 +256,7 @@ pub struct RedisStoreConfig {
 }
 
 /// The URL without its password (for logs and `Debug`).
-fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -499,8 +554,8 @@ pub struct RedisStoreConfigBuilder {
     url: String,
     scope: Scope,
     prefix: String,
-    mode: Mode,
-    flush_interval: Duration,
+    pub(crate) mode: Mode,
+    pub(crate) flush_interval: Duration,
     timeout: Duration,
     poll_interval: Duration,
     retry_interval: Duration,
@@ -509,7 +564,7 @@ pub struct RedisStoreConfigBuilder {
     max_in_flight: usize,
     fallback: Fallback,
     shared_keys: BTreeSet<String>,
-    problems: Vec<(String, String)>,
+    pub(crate) problems: Vec<(String, String)>,
 }
 
 impl RedisStoreConfigBuilder {
@@ -673,121 +728,6 @@ impl RedisStoreConfigBuilder {
     }
 }
 
-#[cfg(feature = "serde")]
-mod de {
-    use super::*;
-    use serde::Deserialize;
-
-    /// The table form: every field optional except `url`, durations as `"5ms"`.
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Table {
-        url: String,
-        #[serde(default)]
-        dep: Option<String>,
-        #[serde(default)]
-        region: Option<String>,
-        #[serde(default)]
-        tenant: Option<String>,
-        #[serde(default)]
-        prefix: Option<String>,
-        #[serde(default)]
-        mode: Option<Mode>,
-        #[serde(default, with = "humantime_serde")]
-        flush_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        timeout: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        poll_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        retry_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        probe_lease: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        idle_ttl: Option<Duration>,
-        #[serde(default)]
-        max_in_flight: Option<usize>,
-        #[serde(default)]
-        fallback: Option<Fallback>,
-        #[serde(default)]
-        shared_keys: Vec<String>,
-    }
-
-    impl TryFrom<Table> for RedisStoreConfig {
-        type Error = ConfigError;
-
-        fn try_from(t: Table) -> Result<Self, ConfigError> {
-            let mut b = RedisStoreConfig::builder(t.url);
-            b.scope = Scope {
-                dep: t.dep,
-                region: t.region,
-                tenant: t.tenant,
-            };
-            if let Some(x) = t.prefix {
-                b = b.prefix(x);
-            }
-            if let Some(x) = t.mode {
-                b.mode = x;
-            }
-            if let Some(x) = t.flush_interval {
-                b.flush_interval = x;
-            }
-            if let Some(x) = t.timeout {
-                b = b.timeout(x);
-            }
-            if let Some(x) = t.poll_interval {
-                b = b.poll_interval(x);
-            }
-            if let Some(x) = t.retry_interval {
-                b = b.retry_interval(x);
-            }
-            if let Some(x) = t.probe_lease {
-                b = b.probe_lease(x);
-            }
-            if let Some(x) = t.idle_ttl {
-                b = b.idle_ttl(x);
-            }
-            if let Some(x) = t.max_in_flight {
-                b = b.max_in_flight(x);
-            }
-            if let Some(x) = t.fallback {
-                b = b.fallback(x);
-            }
-            for k in t.shared_keys {
-                b = b.share_key(k);
-            }
-            b.build()
-        }
-    }
-
-    /// Either a URL string (`"redis://host/0?dep=payments&mode=strict"`, see
-    /// [`RedisStoreConfig::from_url`]) or a table with a `url` and the settings as fields;
-    /// validated while deserializing.
-    impl<'de> Deserialize<'de> for RedisStoreConfig {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct Either;
-            impl<'de> serde::de::Visitor<'de> for Either {
-                type Value = RedisStoreConfig;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a redis:// URL or a table with a `url`")
-                }
-                fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                    RedisStoreConfig::from_url(v).map_err(E::custom)
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    map: A,
-                ) -> Result<Self::Value, A::Error> {
-                    let table =
-                        Table::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                    RedisStoreConfig::try_from(table).map_err(serde::de::Error::custom)
-                }
-            }
-            d.deserialize_any(Either)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -929,8 +869,7 @@ mod tests {
             r#"
             [store]
             url = "redis://127.0.0.1:6379/0"
-            dep = "payments"
-            region = "eu"
+            scope = "dep:payments:region:eu"
             mode = "batched"
             flush_interval = "2ms"
             fallback = "fail_open"
@@ -945,11 +884,12 @@ mod tests {
             r#"
             [store]
             url = "redis://127.0.0.1:6379/0"
-            dep = "pay ments"
+            scope = "dep:pay ments"
             "#,
         )
         .err()
         .unwrap();
-        assert!(err.to_string().contains("scope.dep"), "{err}");
+        // One string in a file: the scope's problem is the `scope` key's.
+        assert!(err.to_string().contains("scope: must be 1 to 64"), "{err}");
     }
 }

@@ -184,7 +184,7 @@
 //!         .timeout(Duration::from_millis(50))
 //!         .build()?,
 //! );
-//! let breaker = CircuitBreakerConfig::builder("payments").minimum_calls(50).build()?;
+//! let breaker = CircuitBreakerConfig::builder().name("payments").minimum_calls(50).build()?;
 //! let layer = CircuitBreakerLayer::builder(breaker).store(redis).build()?;
 //!
 //! // Built outside a runtime, nothing has connected yet: until Redis answers, the local
@@ -203,7 +203,7 @@
 //! # #[tokio::main]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let redis = OnRedis::new("redis://cache:6379/0?mode=strict&timeout=20ms".parse::<RedisStoreConfig>()?);
-//! let breaker = CircuitBreakerConfig::builder("payments").build()?;
+//! let breaker = CircuitBreakerConfig::builder().name("payments").build()?;
 //! redis.prefetch(&breaker, None).await;
 //! let layer = CircuitBreakerLayer::builder(breaker).store(redis.clone()).build()?;
 //! # let _ = layer;
@@ -217,6 +217,9 @@ mod backend;
 mod batch;
 mod config;
 mod script;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+mod section;
 mod store;
 mod worker;
 
@@ -225,4 +228,6 @@ pub use crate::config::{
     Fallback, MAX_SCOPE_PART, Mode, RedisStoreConfig, RedisStoreConfigBuilder, Scope,
     is_valid_scope_part,
 };
+#[cfg(feature = "serde")]
+pub use crate::section::RedisStoreSection;
 pub use crate::store::RedisStore;

@@ -485,7 +485,8 @@ mod tests {
 
     #[test]
     fn the_open_wait_grows_as_the_breaker_says() {
-        let c = CircuitBreakerConfig::builder("d")
+        let c = CircuitBreakerConfig::builder()
+            .name("d")
             .open_wait(Duration::from_secs(10))
             .open_wait_jitter(Duration::from_secs(2))
             .open_wait_growth(2.0, Duration::from_secs(60))
@@ -495,7 +496,8 @@ mod tests {
             open_wait_schedule(&c),
             [10_000_000, 20_000_000, 40_000_000, 60_000_000]
         );
-        let flat = CircuitBreakerConfig::builder("d")
+        let flat = CircuitBreakerConfig::builder()
+            .name("d")
             .count_window(1000)
             .minimum_calls(1000)
             .consecutive_failures(3)
@@ -507,7 +509,8 @@ mod tests {
 
     #[test]
     fn config_args_render_the_breaker() {
-        let c = CircuitBreakerConfig::builder("d")
+        let c = CircuitBreakerConfig::builder()
+            .name("d")
             .time_window(Duration::from_secs(10), 10)
             .minimum_calls(5)
             .failure_rate_threshold(40)

@@ -372,7 +372,7 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
 
-    fn budget(ratio: f64, floor: u32, ttl_secs: u64, cutoff: Option<f64>) -> RetryBudget {
+    fn budget(ratio: f64, floor: u32, ttl_secs: u64, cutoff: Option<u32>) -> RetryBudget {
         let config = RetryConfig::builder()
             .retry_ratio(ratio)
             .min_retries_per_second(floor)
@@ -460,7 +460,7 @@ mod tests {
 
     #[test]
     fn cut_off_needs_volume_and_rate_and_recovers() {
-        let b = budget(0.2, 10, 10, Some(0.1));
+        let b = budget(0.2, 10, 10, Some(10));
         for _ in 0..9 {
             b.deposit_at(Nanos(0));
             b.record_at(Outcome::Failure, Nanos(0));

@@ -13,11 +13,11 @@ use std::time::Duration;
 ///
 /// | field | default | meaning |
 /// |---|---|---|
-/// | `name` | `"default"` | the `name` label of the metrics |
+/// | `name` | the policy's (used alone: `"default"`) | the `name` label of the metrics |
 /// | `retry_ratio` | 0.2 | retries allowed per request in the window (Finagle's and Envoy's 20 %) |
 /// | `min_retries_per_second` | 10 | a floor of retries per second, so that quiet services can retry |
 /// | `ttl` | 10 s | the sliding window of the budget and the cut-off (1 s to 60 s) |
-/// | `failure_rate_threshold` | 0.1 | stop retrying when this share of recent attempts failed (`None`: never) |
+/// | `failure_rate_threshold` | 10 % | stop retrying when this percentage of recent attempts failed (`None`: never) |
 /// | `cutoff_minimum_calls` | 20 | attempts in the window before the cut-off may act |
 /// | `max_attempts` | 3 | attempts per request, first attempt and hedge included |
 /// | `base_delay` | 25 ms | the first retry's backoff ceiling |
@@ -29,6 +29,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct RetryConfig {
     name: Arc<str>,
+    named: bool,
     retry_ratio_billionths: u64,
     min_retries_per_second: u32,
     ttl: Duration,
@@ -61,6 +62,44 @@ impl RetryConfig {
     /// The name (the `name` label of the metrics).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the name was given (a policy names an unnamed retry budget after itself).
+    pub fn is_named(&self) -> bool {
+        self.named
+    }
+
+    /// The cut-off threshold, as the percentage of failed attempts it was given as.
+    pub fn failure_rate_threshold(&self) -> Option<u32> {
+        self.cutoff_threshold_permille.map(|p| p / 10)
+    }
+
+    /// This configuration, named `name` (what a policy does to a budget nobody named).
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = name.into();
+        self.named = true;
+        self
+    }
+
+    /// A builder holding this configuration, to change some settings and build again.
+    pub fn to_builder(&self) -> RetryConfigBuilder {
+        RetryConfigBuilder {
+            name: Arc::clone(&self.name),
+            named: self.named,
+            retry_ratio: self.retry_ratio(),
+            min_retries_per_second: self.min_retries_per_second,
+            ttl: self.ttl,
+            failure_rate_threshold: self.failure_rate_threshold(),
+            cutoff_minimum_calls: self.cutoff_minimum_calls,
+            max_attempts: self.max_attempts,
+            base_delay: self.base_delay,
+            max_delay: self.max_delay,
+            max_retry_after: self.max_retry_after,
+            max_replay_body_bytes: self.max_replay_body_bytes,
+            hedge_delay: self.hedge_delay,
+            seed: self.seed,
+            wall_clock: Arc::clone(&self.wall_clock),
+        }
     }
 
     /// Retries allowed per request in the window.
@@ -139,10 +178,11 @@ impl RetryConfig {
 #[derive(Debug, Clone)]
 pub struct RetryConfigBuilder {
     name: Arc<str>,
+    named: bool,
     retry_ratio: f64,
     min_retries_per_second: u32,
     ttl: Duration,
-    failure_rate_threshold: Option<f64>,
+    failure_rate_threshold: Option<u32>,
     cutoff_minimum_calls: u32,
     max_attempts: u32,
     base_delay: Duration,
@@ -158,10 +198,11 @@ impl Default for RetryConfigBuilder {
     fn default() -> Self {
         RetryConfigBuilder {
             name: Arc::from("default"),
+            named: false,
             retry_ratio: 0.2,
             min_retries_per_second: 10,
             ttl: Duration::from_secs(10),
-            failure_rate_threshold: Some(0.1),
+            failure_rate_threshold: Some(10),
             cutoff_minimum_calls: 20,
             max_attempts: 3,
             base_delay: Duration::from_millis(25),
@@ -179,10 +220,17 @@ impl Default for RetryConfigBuilder {
 pub const MAX_ATTEMPTS: u32 = 100;
 
 impl RetryConfigBuilder {
-    /// The name, used as the `name` label of the metrics.
+    /// The name, used as the `name` label of the metrics. Unset, a policy names its retry
+    /// budget after itself, and one used alone is named `"default"`.
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = name.into();
+        self.named = true;
         self
+    }
+
+    /// Names the budget `name` unless it was named already (what a policy does).
+    pub fn name_if_unnamed(self, name: impl Into<Arc<str>>) -> Self {
+        if self.named { self } else { self.name(name) }
     }
 
     /// Retries allowed per request in the window: 0.2 lets 20 % of recent requests be
@@ -208,9 +256,9 @@ impl RetryConfigBuilder {
         self
     }
 
-    /// Stop retrying while at least this share of the window's attempts failed (within
-    /// 0.0 exclusive..=1.0); `None` turns the cut-off off.
-    pub fn failure_rate_threshold(mut self, threshold: Option<f64>) -> Self {
+    /// Stop retrying while at least `percent` (1..=100) of the window's attempts failed —
+    /// a percentage, as the breaker's threshold is; `None` turns the cut-off off.
+    pub fn failure_rate_threshold(mut self, threshold: Option<u32>) -> Self {
         self.failure_rate_threshold = threshold;
         self
     }
@@ -296,11 +344,9 @@ impl RetryConfigBuilder {
             || format!("must be within 1s..=60s, got {ttl:?}"),
         );
         if let Some(t) = self.failure_rate_threshold {
-            v.check(
-                t.is_finite() && t > 0.0 && t <= 1.0,
-                "failure_rate_threshold",
-                || format!("must be within 0.0 (exclusive)..=1.0, got {t}"),
-            );
+            v.check((1..=100).contains(&t), "failure_rate_threshold", || {
+                format!("must be within 1..=100 (percent), got {t}")
+            });
         }
         v.check(
             self.cutoff_minimum_calls >= 1,
@@ -325,13 +371,13 @@ impl RetryConfigBuilder {
                 "must be greater than zero".into()
             });
         }
-        let permille = |x: f64| (x * 1000.0).round() as u32;
         v.finish(RetryConfig {
             name: self.name,
+            named: self.named,
             retry_ratio_billionths: billionths.unwrap_or(0),
             min_retries_per_second: self.min_retries_per_second,
             ttl: self.ttl,
-            cutoff_threshold_permille: self.failure_rate_threshold.map(|t| permille(t).max(1)),
+            cutoff_threshold_permille: self.failure_rate_threshold.map(|t| t.clamp(1, 100) * 10),
             cutoff_minimum_calls: self.cutoff_minimum_calls,
             max_attempts: self.max_attempts,
             base_delay: self.base_delay,
@@ -358,84 +404,6 @@ fn ratio_billionths(ratio: f64) -> Option<u64> {
     // At most 10^12: exact in an f64, as is the division back (correctly rounded).
     let units = (ratio * RATIO_SCALE as f64).round();
     (units / RATIO_SCALE as f64 == ratio).then_some(units as u64)
-}
-
-#[cfg(feature = "serde")]
-mod de {
-    use super::*;
-    use serde::Deserialize;
-
-    /// The file form: every field optional, durations as humantime strings.
-    #[derive(Deserialize)]
-    #[serde(default, deny_unknown_fields)]
-    struct Raw {
-        name: String,
-        retry_ratio: f64,
-        min_retries_per_second: u32,
-        #[serde(with = "humantime_serde")]
-        ttl: Duration,
-        failure_rate_threshold: Option<f64>,
-        cutoff_minimum_calls: u32,
-        max_attempts: u32,
-        #[serde(with = "humantime_serde")]
-        base_delay: Duration,
-        #[serde(with = "humantime_serde")]
-        max_delay: Duration,
-        #[serde(with = "humantime_serde")]
-        max_retry_after: Duration,
-        max_replay_body_bytes: usize,
-        #[serde(with = "humantime_serde")]
-        hedge_delay: Option<Duration>,
-        seed: Option<u64>,
-    }
-
-    impl Default for Raw {
-        fn default() -> Self {
-            let d = RetryConfigBuilder::default();
-            Raw {
-                name: d.name.to_string(),
-                retry_ratio: d.retry_ratio,
-                min_retries_per_second: d.min_retries_per_second,
-                ttl: d.ttl,
-                failure_rate_threshold: d.failure_rate_threshold,
-                cutoff_minimum_calls: d.cutoff_minimum_calls,
-                max_attempts: d.max_attempts,
-                base_delay: d.base_delay,
-                max_delay: d.max_delay,
-                max_retry_after: d.max_retry_after,
-                max_replay_body_bytes: d.max_replay_body_bytes,
-                hedge_delay: d.hedge_delay,
-                seed: d.seed,
-            }
-        }
-    }
-
-    /// Reads the fields of [`RetryConfig::builder`] (missing ones take their defaults,
-    /// unknown ones are errors) and checks them as [`RetryConfigBuilder::build`] does.
-    /// Durations are humantime strings (`"250ms"`, `"10s"`); `failure_rate_threshold:
-    /// null` turns the cut-off off.
-    #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-    impl<'de> Deserialize<'de> for RetryConfig {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let raw = Raw::deserialize(d)?;
-            RetryConfig::builder()
-                .name(raw.name)
-                .retry_ratio(raw.retry_ratio)
-                .min_retries_per_second(raw.min_retries_per_second)
-                .ttl(raw.ttl)
-                .failure_rate_threshold(raw.failure_rate_threshold)
-                .cutoff_minimum_calls(raw.cutoff_minimum_calls)
-                .max_attempts(raw.max_attempts)
-                .base_delay(raw.base_delay)
-                .max_delay(raw.max_delay)
-                .max_retry_after(raw.max_retry_after)
-                .max_replay_body_bytes(raw.max_replay_body_bytes)
-                .hedge_delay(raw.hedge_delay)
-                .seed(raw.seed)
-                .build()
-                .map_err(serde::de::Error::custom)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -514,7 +482,7 @@ mod tests {
         let err = RetryConfig::builder()
             .retry_ratio(-0.5)
             .ttl(Duration::from_millis(10))
-            .failure_rate_threshold(Some(1.5))
+            .failure_rate_threshold(Some(150))
             .cutoff_minimum_calls(0)
             .max_attempts(0)
             .base_delay(Duration::ZERO)
@@ -552,7 +520,7 @@ mod tests {
     #[test]
     fn deserializes_and_validates() {
         let c: RetryConfig = serde_json::from_str(
-            r#"{"name":"fraud","retry_ratio":0.1,"ttl":"5s","hedge_delay":"30ms","failure_rate_threshold":null,"seed":7}"#,
+            r#"{"name":"fraud","retry_ratio":0.1,"ttl":"5s","hedge_delay":"30ms","failure_rate_threshold":"none","seed":7}"#,
         )
         .unwrap();
         assert_eq!(c.name(), "fraud");

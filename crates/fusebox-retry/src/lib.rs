@@ -123,6 +123,9 @@ pub mod error;
 pub mod future;
 mod layer;
 pub mod replay;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+mod section;
 mod service;
 #[cfg(test)]
 mod tests;
@@ -132,4 +135,6 @@ pub use crate::budget::{BudgetSnapshot, RetryBudget};
 pub use crate::config::{MAX_ATTEMPTS, RetryConfig, RetryConfigBuilder};
 pub use crate::layer::RetryBudgetLayer;
 pub use crate::replay::ReplayBody;
+#[cfg(feature = "serde")]
+pub use crate::section::RetrySection;
 pub use crate::service::Retry;

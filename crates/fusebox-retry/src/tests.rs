@@ -426,7 +426,7 @@ async fn counters_count_attempts_retries_hedges_and_refusals() {
             layer(
                 config()
                     .name("cut")
-                    .failure_rate_threshold(Some(0.5))
+                    .failure_rate_threshold(Some(50))
                     .cutoff_minimum_calls(1),
             ),
             layer(

@@ -50,8 +50,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 /// # Ok::<(), fusebox_classify::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(try_from = "raw::TimeoutConfig"))]
 pub struct TimeoutConfig {
     default_timeout: Duration,
     body_timeout: Option<Duration>,
@@ -189,8 +187,6 @@ impl TimeoutConfigBuilder {
 /// # Ok::<(), fusebox_classify::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(try_from = "raw::DeadlineConfig"))]
 pub struct DeadlineConfig {
     grpc_timeout: bool,
     header: Option<HeaderName>,
@@ -273,82 +269,6 @@ fn header_name(name: Option<String>, path: &str, v: &mut Validator) -> Option<He
                 format!("must be a valid HTTP header name, got {name:?}"),
             );
             None
-        }
-    }
-}
-
-#[cfg(feature = "serde")]
-mod raw {
-    //! The shapes read from a configuration file, checked by the builders on conversion.
-
-    use fusebox_classify::ConfigError;
-    use serde::Deserialize;
-    use std::time::Duration;
-
-    #[derive(Deserialize)]
-    #[serde(default, deny_unknown_fields)]
-    pub(super) struct TimeoutConfig {
-        #[serde(with = "humantime_serde")]
-        default_timeout: Duration,
-        #[serde(with = "humantime_serde")]
-        body_timeout: Option<Duration>,
-        propagate_grpc_timeout: bool,
-        deadline_header: Option<String>,
-    }
-
-    impl Default for TimeoutConfig {
-        fn default() -> Self {
-            TimeoutConfig {
-                default_timeout: super::DEFAULT_TIMEOUT,
-                body_timeout: None,
-                propagate_grpc_timeout: true,
-                deadline_header: None,
-            }
-        }
-    }
-
-    impl TryFrom<TimeoutConfig> for super::TimeoutConfig {
-        type Error = ConfigError;
-
-        fn try_from(raw: TimeoutConfig) -> Result<Self, ConfigError> {
-            let mut builder = super::TimeoutConfig::builder()
-                .default_timeout(raw.default_timeout)
-                .propagate_grpc_timeout(raw.propagate_grpc_timeout);
-            if let Some(body) = raw.body_timeout {
-                builder = builder.body_timeout(body);
-            }
-            if let Some(header) = raw.deadline_header {
-                builder = builder.deadline_header(header);
-            }
-            builder.build()
-        }
-    }
-
-    #[derive(Deserialize)]
-    #[serde(default, deny_unknown_fields)]
-    pub(super) struct DeadlineConfig {
-        grpc_timeout: bool,
-        header: Option<String>,
-    }
-
-    impl Default for DeadlineConfig {
-        fn default() -> Self {
-            DeadlineConfig {
-                grpc_timeout: true,
-                header: None,
-            }
-        }
-    }
-
-    impl TryFrom<DeadlineConfig> for super::DeadlineConfig {
-        type Error = ConfigError;
-
-        fn try_from(raw: DeadlineConfig) -> Result<Self, ConfigError> {
-            let mut builder = super::DeadlineConfig::builder().grpc_timeout(raw.grpc_timeout);
-            if let Some(header) = raw.header {
-                builder = builder.header(header);
-            }
-            builder.build()
         }
     }
 }

@@ -136,6 +136,9 @@ mod config;
 pub mod error;
 pub mod future;
 mod layer;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+mod section;
 mod service;
 pub mod telemetry;
 
@@ -144,6 +147,8 @@ pub use crate::config::{
     DEFAULT_TIMEOUT, DeadlineConfig, DeadlineConfigBuilder, TimeoutConfig, TimeoutConfigBuilder,
 };
 pub use crate::layer::{BodyTimeoutLayer, IncomingDeadlineLayer, TimeoutLayer};
+#[cfg(feature = "serde")]
+pub use crate::section::{DeadlineSection, TimeoutSection};
 pub use crate::service::{BodyTimeout, Expired, IncomingDeadline, Timeout};
 pub use fusebox_classify::Deadline;
 

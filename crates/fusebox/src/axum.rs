@@ -29,7 +29,7 @@
 //!
 //! let policy = Policy::builder("api")
 //!     .concurrency_limit(256)
-//!     .circuit_breaker(CircuitBreakerConfig::builder("api"))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().name("api"))
 //!     .build()?;
 //! let app: Router = Router::new()
 //!     .route("/users/{id}", get(|| async { "user" }))

@@ -17,7 +17,7 @@
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let policy = Policy::builder("partners")
 //!     .timeout(std::time::Duration::from_millis(500))
-//!     .circuit_breaker(CircuitBreakerConfig::builder("partners"))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().name("partners"))
 //!     .breaker_key(KeyBy::Host)
 //!     .build()?;
 //! let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);

@@ -46,7 +46,7 @@
 //! use fusebox::{CircuitBreakerConfig, Policy};
 //!
 //! let policy = Policy::builder("payments")
-//!     .circuit_breaker(CircuitBreakerConfig::builder("payments").minimum_calls(50))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().name("payments").minimum_calls(50))
 //!     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0").scope(Scope::dep("payments")))
 //!     .build()?;
 //! assert!(policy.breaker_store().redis().is_some());
@@ -65,7 +65,7 @@
 //!     .route("POST /charge", Route::new(StandardClassifier::new().count_throttling(true)))
 //!     .build()?;
 //! let breaker = CircuitBreakerLayer::builder(
-//!     CircuitBreakerConfig::builder("payments").failure_rate_threshold(50).build()?,
+//!     CircuitBreakerConfig::builder().name("payments").failure_rate_threshold(50).build()?,
 //! )
 //! .routes(routes)
 //! .build()?;

@@ -61,7 +61,7 @@
 //!
 //! let policy = Policy::builder("ledger")
 //!     .timeout(Duration::from_millis(500))
-//!     .circuit_breaker(CircuitBreakerConfig::builder("ledger"))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().name("ledger"))
 //!     .build()?;
 //! let layer = fusebox::tonic::ServerLayer::new(policy);
 //! // tonic::transport::Server::builder().layer(layer).add_service(...)

@@ -962,7 +962,8 @@ fn policy(config: &Config, cycles: Arc<Cycles>) -> Result<Policy, String> {
         .timeout(config.timeout)
         .concurrency_limit((config.concurrency * 3 / 4).max(1))
         .circuit_breaker(
-            CircuitBreakerConfig::builder("soak")
+            CircuitBreakerConfig::builder()
+                .name("soak")
                 .count_window(20)
                 .minimum_calls(10)
                 .failure_rate_threshold(50)

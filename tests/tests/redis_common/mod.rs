@@ -33,7 +33,8 @@ pub fn breaker(
     name: &str,
     f: impl FnOnce(CircuitBreakerConfigBuilder) -> CircuitBreakerConfigBuilder,
 ) -> CircuitBreakerConfig {
-    f(CircuitBreakerConfig::builder(name)
+    f(CircuitBreakerConfig::builder()
+        .name(name)
         .count_window(20)
         .minimum_calls(10)
         .failure_rate_threshold(50)

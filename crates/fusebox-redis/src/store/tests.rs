@@ -21,7 +21,8 @@ fn config(
 
 fn breaker() -> Arc<CircuitBreakerConfig> {
     Arc::new(
-        CircuitBreakerConfig::builder("payments")
+        CircuitBreakerConfig::builder()
+            .name("payments")
             .count_window(10)
             .minimum_calls(5)
             .open_wait(Duration::from_secs(30))
@@ -259,7 +260,7 @@ fn fail_open_and_fail_closed() {
 fn keys_not_listed_and_invalid_names_stay_local() {
     let redis = OnRedis::new(config(|b| b.share_key("shard-1")));
     let spec = |name: &str, key: Option<&str>| StoreSpec {
-        config: Arc::new(CircuitBreakerConfig::builder(name).build().unwrap()),
+        config: Arc::new(CircuitBreakerConfig::builder().name(name).build().unwrap()),
         key: key.map(Arc::from),
         clock: Clock::new(),
         events: EventSink::new(Arc::from(name), Vec::new()),
@@ -284,7 +285,7 @@ fn problems(e: &fusebox_classify::ConfigError) -> Vec<String> {
 fn a_layer_whose_breaker_redis_cannot_share_fails_to_build_naming_the_field() {
     use fusebox_breaker::ByHost;
     use fusebox_breaker::CircuitBreakerLayer;
-    let named = |name: &str| CircuitBreakerConfig::builder(name).build().unwrap();
+    let named = |name: &str| CircuitBreakerConfig::builder().name(name).build().unwrap();
 
     // No dependency in the scope, and a name that cannot stand for one: refused.
     let err = CircuitBreakerLayer::builder(named("fraud eu"))

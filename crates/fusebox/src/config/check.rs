@@ -133,17 +133,20 @@ pub fn join(path: &str, key: &str) -> String {
 
 /// "unknown key", with the nearest known key when one is close.
 pub fn unknown_key(key: &str, fields: &[Field]) -> String {
-    let nearest = fields
+    let known: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
+    unknown_key_among(key, &known)
+}
+
+/// "unknown key", with the nearest of `known` when one is close, else all of them.
+pub fn unknown_key_among(key: &str, known: &[&str]) -> String {
+    let nearest = known
         .iter()
-        .map(|(k, _)| (distance(key, k), *k))
+        .map(|k| (distance(key, k), *k))
         .filter(|(d, k)| *d <= 2.max(k.len() / 4))
         .min();
     match nearest {
         Some((_, k)) => format!("unknown key; did you mean `{k}`?"),
-        None => {
-            let known: Vec<&str> = fields.iter().map(|(k, _)| *k).collect();
-            format!("unknown key; expected one of: {}", known.join(", "))
-        }
+        None => format!("unknown key; expected one of: {}", known.join(", ")),
     }
 }
 
@@ -205,9 +208,8 @@ pub fn opt_float(node: &Node) -> Result<Option<f64>, String> {
 /// A [`Kind::Duration`].
 pub fn duration(node: &Node) -> Result<Duration, String> {
     match node {
-        Node::Str(s) => humantime::parse_duration(s).map_err(|e| {
-            format!("must be a duration such as \"250ms\" or \"30s\", got {s:?} ({e})")
-        }),
+        // The one duration format of every file (the layers' sections read theirs so too).
+        Node::Str(s) => fusebox_classify::section::parse_duration(s),
         other => Err(format!(
             "must be a duration with a unit, such as \"250ms\" or \"30s\", got {}",
             other.show()

@@ -43,22 +43,29 @@
 //!
 //! A policy (and `defaults`) has up to seven sections; a policy uses a layer when it or
 //! the defaults have its section, unless the policy says `enabled = false`. Durations are
-//! strings with a unit (`"250ms"`, `"30s"`, `"1m 30s"`). Each key is the builder method of
-//! the same name, with the same default and the same rule.
+//! strings with a unit (`"250ms"`, `"30s"`, `"1m 30s"`); a setting that can be turned off
+//! takes `"none"`. Each layer's keys are its crate's section type — the file format *is*
+//! that type, read through it and built through the layer's own builder, with the same
+//! defaults and the same rules as code — and this loader adds only the keys that are about
+//! the policy:
 //!
-//! | section | keys |
-//! |---|---|
-//! | `breaker` | `enabled`, `name` (default: the policy's), `count_window` or `time_window` + `time_window_buckets`, `minimum_calls`, `failure_rate_threshold` (percent), `slow_call_rate_threshold` (percent), `consecutive_failures`, `open_wait`, `open_wait_jitter`, `open_wait_multiplier`, `max_open_wait`, `permitted_probes`, `probe_successes`, `max_half_open_wait` (or `"none"`), `on_close` (`"clear"`, `"keep"`), `count_overloaded`, `seed`, `key` (`"host"`, `"authority"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout`, `store` (a table, below) |
-//! | `breaker.store` | `kind` (`"memory"`, `"redis"`; required), and for Redis: `url` (required), `scope` (`"dep:<name>"`, optionally `":region:<r>"`, `":tenant:<t>"`; default: the breaker's name as the dependency), `prefix`, `mode` (`"batched"`, `"strict"`), `flush_interval`, `timeout`, `poll_interval`, `retry_interval`, `probe_lease`, `idle_ttl`, `max_in_flight`, `fallback` (`"local"`, `"fail_open"`, `"fail_closed"`), `shared_keys` (a list: the keys of a keyed breaker that the fleet shares) — see [Breaker state on Redis](#breaker-state-on-redis) |
-//! | `limit` | `enabled`, `name`, `max_concurrency` or `adaptive` (a table: `algorithm` = `"aimd"` or `"vegas"`, `min_limit`, `max_limit`, `initial_limit`, `backoff_ratio`; AIMD: `additive_increase`; Vegas: `smoothing`, `alpha`, `beta`, `probe_interval`, `probe_samples`), `queue` (`max_waiters`, `max_wait`), `release` (`"response"`, `"end_of_body"`), `retry_after`, `log_step` |
-//! | `timeout` | `enabled`, `default_timeout`, `body_timeout` (applied by [`Policy::body_timeout_layer`](crate::Policy::body_timeout_layer) around the policy's service), `propagate_grpc_timeout`, `deadline_header` |
-//! | `retry` | `enabled`, `name`, `retry_ratio`, `min_retries_per_second`, `ttl`, `failure_rate_threshold` (a share, or `"none"`), `cutoff_minimum_calls`, `max_attempts`, `base_delay`, `max_delay`, `max_retry_after`, `max_replay_body_bytes`, `hedge_delay`, `seed` |
-//! | `recovery_ramp` | `enabled`, `initial_limit`, `duration` |
-//! | `default_route`, `routes."<route>"` | `timeout`, `slow_call_duration`, `count_throttling` (429 and RESOURCE_EXHAUSTED count as failures), `retry`, `idempotent`, `protocol` (`"auto"`, `"http"`, `"grpc"`), `failure_statuses`, `success_statuses` (lists of HTTP codes), `fallback` |
+//! | section | the layer's keys | the policy's own keys |
+//! |---|---|---|
+//! | `breaker` | [`CircuitBreakerSection`] (`name` defaults to the policy's) | `enabled`, `key` (`"host"`, `"authority"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout`, `store` |
+//! | `breaker.store` | with `kind = "redis"`: `fusebox_redis::RedisStoreSection` (feature `redis`); see [Breaker state on Redis](#breaker-state-on-redis) | `kind` (`"memory"`, `"redis"`; required) |
+//! | `limit` | [`LimitSection`] | `enabled` |
+//! | `timeout` | [`TimeoutSection`] (`body_timeout` is applied by [`Policy::body_timeout_layer`](crate::Policy::body_timeout_layer) around the policy's service) | `enabled` |
+//! | `retry` | [`RetrySection`] | `enabled` |
+//! | `recovery_ramp` | | `enabled`, `initial_limit`, `duration` |
+//! | `default_route`, `routes."<route>"` | [`RouteSection`] | `fallback` |
 //!
 //! Route keys are those of [`RouteTable`]: `"GET /users/{id}"`,
 //! `"/users/{id}"` (any method), `"/pkg.Service/Method"`. A policy's routes are the
-//! defaults' routes and its own; a route in both merges key by key.
+//! defaults' routes and its own; a route in both merges key by key. A named route then
+//! takes from the default route every setting it does not set itself (its slow-call
+//! threshold, timeout, classifier settings, retries, idempotency), as a route table built in
+//! code does; `timeout = "none"` or `slow_call_duration = "none"` turns an inherited one
+//! off.
 //!
 //! Inheritance is key by key within a section, with two exceptions that replace rather
 //! than merge: the nested tables `limit.adaptive` and `limit.queue`, and the choice between
@@ -146,33 +153,33 @@
 
 pub mod check;
 mod node;
-mod schema;
+mod read;
 
+use self::check::{join, unknown_key_among};
 use self::node::Node;
-use self::schema::{
-    ADAPTIVE, AIMD_ONLY, BREAKER, Field, LIMIT, POLICY, QUEUE, RAMP, RETRY, ROUTE, STORE, TIMEOUT,
-    VEGAS_ONLY, check_table, join,
-};
+use self::read::load;
 use crate::policy::{BreakerStore, Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
-use fusebox_breaker::{BreakerEvent, CircuitBreakerConfig, OnClose};
-use fusebox_classify::Protocol;
-use fusebox_classify::{
-    ConfigError, HttpClassifier, Problem, Route, RouteTable, StandardClassifier, Validator,
-};
-use fusebox_limit::{AimdConfig, ConcurrencyLimitConfig, Release, VegasConfig};
-use fusebox_retry::RetryConfig;
-use fusebox_timeout::TimeoutConfig;
-use std::collections::HashMap;
+use fusebox_breaker::{BreakerEvent, CircuitBreakerSection};
+use fusebox_classify::section::{RouteSection, Section, count, duration};
+use fusebox_classify::{ConfigError, Problem, Route, RouteTable, Validator};
+use fusebox_limit::LimitSection;
+use fusebox_retry::RetrySection;
+use fusebox_timeout::TimeoutSection;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
+
+#[cfg(feature = "redis")]
+use fusebox_redis::RedisStoreSection;
 
 /// A checked policy file: shared `defaults` and named `policies`. See the
 /// [module docs](self) for the format.
 #[derive(Debug, Clone)]
 pub struct PolicyFile {
     root: Node,
-    names: Vec<String>,
+    defaults: Level,
+    policies: Vec<(String, Level)>,
 }
 
 impl PolicyFile {
@@ -218,79 +225,98 @@ impl PolicyFile {
         parsed.map_err(|e| with_file(e, &shown))
     }
 
+    /// Checks a file already read into a tree (TOML and YAML both deserialize into one):
+    /// every problem of every level, then every problem of every policy built from them.
     fn from_node(root: Node) -> Result<PolicyFile, ConfigError> {
-        let mut v = Validator::new();
-        let mut names = Vec::new();
+        let mut problems: Vec<Problem> = Vec::new();
+        let mut defaults = Level::default();
+        let mut policies = Vec::new();
         match root.as_map() {
-            None => v.fail("file", format!("must be a table, got {}", root.kind())),
+            None => push(
+                &mut problems,
+                "file",
+                format!("must be a table, got {}", root.kind()),
+            ),
             Some(entries) => {
                 for (key, value) in entries {
                     match key.as_str() {
-                        "defaults" => check_policy(value, "defaults", &mut v),
+                        "defaults" => defaults = read_level(value, "defaults", &mut problems),
                         "policies" => match value.as_map() {
-                            None => v.fail(
+                            None => push(
+                                &mut problems,
                                 "policies",
                                 format!("must be a table of policies, got {}", value.kind()),
                             ),
-                            Some(policies) => {
-                                for (name, policy) in policies {
-                                    check_policy(policy, &format!("policies.{name}"), &mut v);
-                                    names.push(name.clone());
+                            Some(named) => {
+                                for (name, policy) in named {
+                                    let path = format!("policies.{name}");
+                                    policies.push((
+                                        name.clone(),
+                                        read_level(policy, &path, &mut problems),
+                                    ));
                                 }
                             }
                         },
-                        other => v.fail(other, schema::unknown_key(other, schema::TOP)),
+                        other => push(
+                            &mut problems,
+                            other,
+                            unknown_key_among(other, &["defaults", "policies"]),
+                        ),
                     }
                 }
             }
         }
-        let file = PolicyFile { root, names };
-        // Types are checked; now what each policy describes, with every layer's rules.
-        let mut seen: Vec<Problem> = Vec::new();
-        let mut problems = v.finish(()).err();
-        for name in &file.names {
+        let file = PolicyFile {
+            root,
+            defaults,
+            policies,
+        };
+        // Every value has its type; now what each policy describes, by every layer's rules.
+        for (name, _) in &file.policies {
             // The fallback function is code, given later: stand in for it.
             let placeholder =
                 Fallback::new(|_| http::Response::new(bytes::Bytes::new())).all_routes();
             // Checking only: a store on Redis is checked, not connected to.
             let FilePolicy { builder, origins } = file.read(name);
             let check = builder.fallback(placeholder).check_only();
-            if let Err(e) = check.build().map_err(|e| origins.map_error(e)) {
-                for p in e.problems() {
-                    if !seen.contains(p) {
-                        seen.push(p.clone());
-                        let one = ConfigError::new(p.path(), p.rule());
-                        match &mut problems {
-                            Some(all) => all.extend(one),
-                            None => problems = Some(one),
-                        }
+            if let Err(e) = check.build() {
+                for p in origins.map_error(e).problems() {
+                    if !problems.contains(p) {
+                        problems.push(p.clone());
                     }
                 }
             }
         }
-        match problems {
-            Some(e) => Err(e),
+        match problems.split_first() {
             None => Ok(file),
+            Some((first, rest)) => {
+                let mut all = ConfigError::new(first.path(), first.rule());
+                for p in rest {
+                    all.extend(ConfigError::new(p.path(), p.rule()));
+                }
+                Err(all)
+            }
         }
     }
 
     /// The names of the file's policies, in file order.
     pub fn policy_names(&self) -> impl Iterator<Item = &str> {
-        self.names.iter().map(String::as_str)
+        self.policies.iter().map(|(n, _)| n.as_str())
     }
 
     /// The policy `name` as the file describes it, to add what only code can give
     /// (a fallback function, event listeners, a custom breaker key) before building.
     pub fn policy(&self, name: &str) -> Result<FilePolicy, ConfigError> {
-        if !self.names.iter().any(|n| n == name) {
+        if !self.policies.iter().any(|(n, _)| n == name) {
+            let names: Vec<&str> = self.policy_names().collect();
             return Err(ConfigError::new(
                 "policies",
                 format!(
                     "has no policy named {name:?}; the file has: {}",
-                    if self.names.is_empty() {
+                    if names.is_empty() {
                         "none".to_owned()
                     } else {
-                        self.names.join(", ")
+                        names.join(", ")
                     }
                 ),
             ));
@@ -303,21 +329,33 @@ impl PolicyFile {
         self.policy(name)?.build()
     }
 
+    /// The policy `name` with `defaults` merged in, as the file writes it.
+    fn merged(&self, name: &str) -> Level {
+        let own = self
+            .policies
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, l)| l.clone())
+            .unwrap_or_default();
+        own.over(&self.defaults)
+    }
+
     fn read(&self, name: &str) -> FilePolicy {
-        let own = self.root.get("policies").and_then(|p| p.get(name));
-        let defaults = self.root.get("defaults");
         let prefix = format!("policies.{name}");
-        let levels: Vec<(&str, &Node)> = [(prefix.as_str(), own), ("defaults", defaults)]
-            .into_iter()
-            .filter_map(|(p, n)| n.map(|n| (p, n)))
-            .collect();
-        let mut origins = Origins {
-            policy: prefix.clone(),
-            map: HashMap::new(),
+        let own = self.root.get("policies").and_then(|p| p.get(name)).cloned();
+        let defaults = self.root.get("defaults").cloned();
+        let origins = Origins {
+            policy: prefix,
+            levels: [own, defaults]
+                .into_iter()
+                .zip([format!("policies.{name}"), "defaults".to_owned()])
+                .filter_map(|(n, p)| n.map(|n| (p, n)))
+                .collect(),
         };
-        origins.record(&levels);
-        let builder = describe(name, &levels);
-        FilePolicy { builder, origins }
+        FilePolicy {
+            builder: describe(name, &self.merged(name)),
+            origins,
+        }
     }
 }
 
@@ -329,6 +367,13 @@ const SUPPORTED: &[&str] = &["toml"];
 const SUPPORTED: &[&str] = &["yaml", "yml"];
 #[cfg(not(any(feature = "toml", feature = "yaml")))]
 const SUPPORTED: &[&str] = &[];
+
+fn push(problems: &mut Vec<Problem>, path: impl Into<String>, rule: impl Into<String>) {
+    let p = ConfigError::new(path, rule).problems()[0].clone();
+    if !problems.contains(&p) {
+        problems.push(p);
+    }
+}
 
 fn with_file(e: ConfigError, file: &str) -> ConfigError {
     let mut problems = e.problems().iter();
@@ -349,790 +394,564 @@ fn with_file(e: ConfigError, file: &str) -> ConfigError {
     out
 }
 
-/// Checks one policy (or `defaults`) table: known sections, known keys, value types, and
-/// the settings that exclude each other within one table.
-fn check_policy(node: &Node, path: &str, v: &mut Validator) {
-    check_table(node, path, POLICY, v);
-    if let Some(routes) = node.get("routes") {
-        let routes_path = join(path, "routes");
-        match routes.as_map() {
-            None => v.fail(
-                routes_path,
-                format!("must be a table of routes, got {}", routes.kind()),
-            ),
-            Some(entries) => {
-                for (key, route) in entries {
-                    check_table(route, &format!("{path}.routes[{key:?}]"), ROUTE, v);
-                }
-            }
+// === the levels of a file ===
+
+/// The sections of a policy (or of `defaults`).
+const POLICY_KEYS: &[&str] = &[
+    "breaker",
+    "limit",
+    "timeout",
+    "retry",
+    "recovery_ramp",
+    "default_route",
+    "routes",
+];
+
+/// The breaker's keys that are about the policy, not the breaker itself.
+const BREAKER_KEYS: &[&str] = &["enabled", "key", "max_keys", "idle_timeout", "store"];
+
+/// `enabled`, beside a layer's own keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Enabled {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enabled: Option<bool>,
+}
+
+/// What a keyed breaker's key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum KeyKind {
+    Host,
+    Authority,
+    Route,
+}
+
+/// The breaker's keys that are about the policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BreakerKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<KeyKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_keys: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "duration")]
+    idle_timeout: Option<Duration>,
+}
+
+/// Where the breaker's state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StoreKind {
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kind: Option<StoreKind>,
+}
+
+/// `breaker.store` at one level.
+#[derive(Debug, Clone, Default)]
+struct StoreLevel {
+    kind: Option<StoreKind>,
+    #[cfg(feature = "redis")]
+    redis: RedisStoreSection,
+}
+
+/// `recovery_ramp`: the policy's own section.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RampSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    initial_limit: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "duration")]
+    duration: Option<Duration>,
+}
+
+/// `fallback`, beside a route's own keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteKeys {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fallback: Option<bool>,
+}
+
+/// A layer's section and whether it is on.
+#[derive(Debug, Clone, Default)]
+struct Layer<S> {
+    enabled: Option<bool>,
+    section: S,
+}
+
+#[derive(Debug, Clone, Default)]
+struct BreakerLevel {
+    keys: BreakerKeys,
+    section: CircuitBreakerSection,
+    store: Option<StoreLevel>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RouteLevel {
+    fallback: Option<bool>,
+    section: RouteSection,
+}
+
+/// One level of a file: a policy, or `defaults`, as read (types checked, nothing merged).
+#[derive(Debug, Clone, Default)]
+struct Level {
+    breaker: Option<BreakerLevel>,
+    limit: Option<Layer<LimitSection>>,
+    timeout: Option<Layer<TimeoutSection>>,
+    retry: Option<Layer<RetrySection>>,
+    ramp: Option<RampSection>,
+    default_route: Option<RouteLevel>,
+    routes: Vec<(String, RouteLevel)>,
+}
+
+fn take<T>(problems: &mut Vec<Problem>, (value, found): (T, Vec<Problem>)) -> T {
+    for p in found {
+        if !problems.contains(&p) {
+            problems.push(p);
         }
     }
-    if let Some(breaker) = node.get("breaker")
-        && breaker.get("count_window").is_some()
-        && breaker.get("time_window").is_some()
-    {
-        v.fail(
-            format!("{path}.breaker.time_window"),
-            "set either count_window or time_window, not both",
+    value
+}
+
+fn is_table(node: &Node, path: &str, problems: &mut Vec<Problem>) -> bool {
+    let ok = node.as_map().is_some();
+    if !ok {
+        push(
+            problems,
+            path,
+            format!("must be a table, got {}", node.kind()),
         );
     }
-    if let Some(store) = node.get("breaker").and_then(|b| b.get("store"))
-        && let Some(Ok("memory")) = store
-            .get("kind")
-            .map(|k| schema::one_of(k, &["memory", "redis"]))
-    {
-        for (key, _) in store.as_map().unwrap_or(&[]) {
-            if key != "kind" && STORE.iter().any(|(k, _)| k == key) {
-                v.fail(
-                    format!("{path}.breaker.store.{key}"),
-                    "only read with kind = \"redis\"",
-                );
-            }
-        }
-    }
-    if let Some(limit) = node.get("limit") {
-        if limit.get("max_concurrency").is_some() && limit.get("adaptive").is_some() {
-            v.fail(
-                format!("{path}.limit.adaptive"),
-                "set either max_concurrency or adaptive, not both",
-            );
-        }
-        if let Some(adaptive) = limit.get("adaptive").filter(|a| a.as_map().is_some()) {
-            let here = format!("{path}.limit.adaptive");
-            match adaptive
-                .get("algorithm")
-                .map(|a| schema::one_of(a, &["aimd", "vegas"]))
-            {
-                None => v.fail(join(&here, "algorithm"), "required: \"aimd\" or \"vegas\""),
-                Some(Ok(algorithm)) => {
-                    let (others, other) = if algorithm == "aimd" {
-                        (VEGAS_ONLY, "vegas")
-                    } else {
-                        (AIMD_ONLY, "aimd")
-                    };
-                    for key in others {
-                        if adaptive.get(key).is_some() {
-                            v.fail(
-                                join(&here, key),
-                                format!(
-                                    "only read by algorithm = \"{other}\", not \"{algorithm}\""
-                                ),
-                            );
-                        }
-                    }
-                }
-                // Reported by the type check.
-                Some(Err(_)) => {}
-            }
-        }
-    }
+    ok
 }
 
-/// Where each key of a policy's sections comes from: the policy itself or `defaults`.
-#[derive(Debug, Clone)]
-struct Origins {
-    policy: String,
-    map: HashMap<String, String>,
-}
-
-impl Origins {
-    fn record(&mut self, levels: &[(&str, &Node)]) {
-        for (prefix, node) in levels {
-            for (section, _) in POLICY {
-                let Some(table) = node.get(section) else {
-                    continue;
-                };
-                self.insert(section.to_string(), prefix);
-                if *section == "routes" {
-                    for (key, route) in table.as_map().unwrap_or(&[]) {
-                        let route_path = format!("routes[{key:?}]");
-                        for (field, _) in route.as_map().unwrap_or(&[]) {
-                            self.insert(format!("{route_path}.{field}"), prefix);
-                        }
-                        self.insert(route_path, prefix);
-                    }
-                    continue;
-                }
-                for (field, value) in table.as_map().unwrap_or(&[]) {
-                    self.insert(format!("{section}.{field}"), prefix);
-                    // `breaker.store` merges key by key: each key has its own origin.
-                    if *section == "breaker" && field == "store" {
-                        for (key, _) in value.as_map().unwrap_or(&[]) {
-                            self.insert(format!("{section}.{field}.{key}"), prefix);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    fn insert(&mut self, key: String, prefix: &str) {
-        self.map.entry(key).or_insert_with(|| prefix.to_owned());
-    }
-
-    /// The file path of a problem that a builder reported at `path`.
-    fn locate(&self, path: &str) -> String {
-        if path == "name" {
-            return self.policy.clone();
-        }
-        let path = if path == "breaker_key" {
-            "breaker.key"
-        } else {
-            path
-        };
-        // `routes["GET /a.b"].timeout`: the route key may hold dots.
-        let (section, rest) = match path.strip_prefix("routes[") {
-            Some(after) => match after.find("\"]") {
-                Some(end) => {
-                    let split = "routes[".len() + end + 2;
-                    (&path[..split], path[split..].strip_prefix('.'))
-                }
-                None => (path, None),
-            },
-            None => match path.split_once('.') {
-                Some((s, r)) => (s, Some(r)),
-                None => (path, None),
-            },
-        };
-        let rest = rest.map(|r| rename(section, r));
-        // The most specific recorded key: `breaker.store.url`, else `breaker.store`, else
-        // `breaker`.
-        let mut fields = rest.as_deref().map(|r| r.split('.')).into_iter().flatten();
-        let field = fields.next();
-        let nested = field.zip(fields.next());
-        let origin = nested
-            .and_then(|(f, g)| self.map.get(&format!("{section}.{f}.{g}")))
-            .or_else(|| field.and_then(|f| self.map.get(&format!("{section}.{f}"))))
-            .or_else(|| self.map.get(section))
-            .unwrap_or(&self.policy);
-        match rest {
-            Some(rest) => format!("{origin}.{section}.{rest}"),
-            None => format!("{origin}.{section}"),
-        }
-    }
-
-    fn map_error(&self, e: ConfigError) -> ConfigError {
-        let mut out: Option<ConfigError> = None;
-        let mut seen: Vec<(String, String)> = Vec::new();
+/// The section's rules about which keys one table may hold together, on this level.
+fn check_keys<S: Section>(section: &S, path: &str, problems: &mut Vec<Problem>) {
+    let mut v = Validator::new();
+    section.check_keys(&mut v);
+    if let Err(e) = v.finish(()) {
         for p in e.problems() {
-            let path = self.locate(p.path());
-            if seen.iter().any(|(a, b)| *a == path && b == p.rule()) {
-                continue;
-            }
-            seen.push((path.clone(), p.rule().to_owned()));
-            let one = ConfigError::new(path, p.rule());
-            match &mut out {
-                Some(all) => all.extend(one),
-                None => out = Some(one),
-            }
+            push(problems, join(path, p.path()), p.rule());
         }
-        out.unwrap_or(e)
     }
 }
 
-/// The file's name for what a layer's builder calls `path` (the first segment).
-fn rename(section: &str, path: &str) -> String {
-    let renamed = match section {
-        "breaker" => [
-            ("window.size", "count_window"),
-            ("window.duration", "time_window"),
-            ("window.buckets", "time_window_buckets"),
-            // The Redis store's scope is one string in a file.
-            ("store.scope.dep", "store.scope"),
-            ("store.scope.region", "store.scope"),
-            ("store.scope.tenant", "store.scope"),
-        ]
-        .iter()
-        .find(|(from, _)| path == *from)
-        .map(|(_, to)| (*to).to_owned()),
-        "limit" => path
-            .strip_prefix("aimd.")
-            .or_else(|| path.strip_prefix("vegas."))
-            .map(|rest| format!("adaptive.{rest}")),
-        _ => None,
+/// A layer's table: its `enabled`, and the rest read as the layer's section.
+fn read_layer<S: Section>(node: &Node, path: &str, problems: &mut Vec<Problem>) -> Layer<S> {
+    if !is_table(node, path, problems) {
+        return Layer::default();
+    }
+    let (mine, rest) = node.split(&["enabled"]);
+    let enabled: Enabled = take(problems, load(&mine, path, &[]));
+    let section: S = take(problems, load(&rest, path, &["enabled"]));
+    check_keys(&section, path, problems);
+    Layer {
+        enabled: enabled.enabled,
+        section,
+    }
+}
+
+fn read_store(node: &Node, path: &str, problems: &mut Vec<Problem>) -> StoreLevel {
+    if !is_table(node, path, problems) {
+        return StoreLevel::default();
+    }
+    let (mine, rest) = node.split(&["kind"]);
+    let keys: StoreKeys = take(problems, load(&mine, path, &[]));
+    if keys.kind == Some(StoreKind::Memory) {
+        for (key, _) in rest.as_map().unwrap_or(&[]) {
+            push(problems, join(path, key), "only read with kind = \"redis\"");
+        }
+    }
+    #[cfg(not(feature = "redis"))]
+    let _ = rest;
+    StoreLevel {
+        kind: keys.kind,
+        #[cfg(feature = "redis")]
+        redis: if keys.kind == Some(StoreKind::Memory) {
+            RedisStoreSection::default()
+        } else {
+            take(problems, load(&rest, path, &["kind"]))
+        },
+    }
+}
+
+fn read_breaker(node: &Node, path: &str, problems: &mut Vec<Problem>) -> BreakerLevel {
+    if !is_table(node, path, problems) {
+        return BreakerLevel::default();
+    }
+    let (mine, rest) = node.split(BREAKER_KEYS);
+    let (store, mine) = mine.split(&["store"]);
+    // In file order: the breaker's own problems and the policy's keys' interleave.
+    let section: CircuitBreakerSection = take(problems, load(&rest, path, BREAKER_KEYS));
+    check_keys(&section, path, problems);
+    let keys = take(problems, load(&mine, path, &[]));
+    BreakerLevel {
+        keys,
+        section,
+        store: store
+            .get("store")
+            .map(|s| read_store(s, &join(path, "store"), problems)),
+    }
+}
+
+fn read_route(node: &Node, path: &str, problems: &mut Vec<Problem>) -> RouteLevel {
+    if !is_table(node, path, problems) {
+        return RouteLevel::default();
+    }
+    let (mine, rest) = node.split(&["fallback"]);
+    let section = take(problems, load(&rest, path, &["fallback"]));
+    let keys: RouteKeys = take(problems, load(&mine, path, &[]));
+    RouteLevel {
+        fallback: keys.fallback,
+        section,
+    }
+}
+
+/// Reads one level (a policy or `defaults`), recording every problem of its values.
+fn read_level(node: &Node, path: &str, problems: &mut Vec<Problem>) -> Level {
+    let mut level = Level::default();
+    let Some(entries) = node.as_map() else {
+        push(
+            problems,
+            path,
+            format!("must be a table, got {}", node.kind()),
+        );
+        return level;
     };
-    renamed.unwrap_or_else(|| path.to_owned())
+    for (key, value) in entries {
+        let here = join(path, key);
+        match key.as_str() {
+            "breaker" => level.breaker = Some(read_breaker(value, &here, problems)),
+            "limit" => level.limit = Some(read_layer(value, &here, problems)),
+            "timeout" => level.timeout = Some(read_layer(value, &here, problems)),
+            "retry" => level.retry = Some(read_layer(value, &here, problems)),
+            "recovery_ramp" => {
+                level.ramp = Some(if is_table(value, &here, problems) {
+                    take(problems, load(value, &here, &[]))
+                } else {
+                    RampSection::default()
+                })
+            }
+            "default_route" => level.default_route = Some(read_route(value, &here, problems)),
+            "routes" => match value.as_map() {
+                None => push(
+                    problems,
+                    &here,
+                    format!("must be a table of routes, got {}", value.kind()),
+                ),
+                Some(routes) => {
+                    for (route, table) in routes {
+                        let route_path = format!("{path}.routes[{route:?}]");
+                        level
+                            .routes
+                            .push((route.clone(), read_route(table, &route_path, problems)));
+                    }
+                }
+            },
+            other => push(problems, here, unknown_key_among(other, POLICY_KEYS)),
+        }
+    }
+    level
 }
 
-/// One section of a policy, seen through its levels (the policy first, then `defaults`).
-struct Section<'a> {
-    levels: Vec<&'a Node>,
+/// `a` over `b`, with `over` when both are there.
+fn over_opt<T: Clone>(a: Option<T>, b: &Option<T>, over: impl FnOnce(T, &T) -> T) -> Option<T> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(over(a, b)),
+        (Some(a), None) => Some(a),
+        (None, b) => b.clone(),
+    }
 }
 
-impl<'a> Section<'a> {
-    fn new(levels: &[(&str, &'a Node)], name: &str) -> Self {
-        Section {
-            levels: levels.iter().filter_map(|(_, n)| n.get(name)).collect(),
+impl<S: Section> Layer<S> {
+    fn over(self, base: &Layer<S>) -> Layer<S> {
+        Layer {
+            enabled: self.enabled.or(base.enabled),
+            section: self.section.over(&base.section),
         }
     }
 
-    fn of(nodes: Vec<&'a Node>) -> Self {
-        Section { levels: nodes }
-    }
-
-    fn present(&self) -> bool {
-        !self.levels.is_empty()
-    }
-
-    fn node(&self, key: &str) -> Option<&'a Node> {
-        self.levels.iter().find_map(|n| n.get(key))
-    }
-
-    /// The value of `key` from the most specific level that has it. Values of the wrong
-    /// type were reported when the file was checked and read as absent here.
-    fn get<T>(&self, key: &str, read: impl Fn(&Node) -> Result<T, String>) -> Option<T> {
-        self.node(key).and_then(|n| read(n).ok())
-    }
-
-    fn u32(&self, key: &str) -> Option<u32> {
-        self.get(key, |n| schema::uint(n, u64::from(u32::MAX)))
-            .map(|x| x as u32)
-    }
-
-    fn usize(&self, key: &str) -> Option<usize> {
-        self.get(key, |n| schema::uint(n, u64::from(u32::MAX)))
-            .map(|x| x as usize)
-    }
-
-    fn u64(&self, key: &str) -> Option<u64> {
-        self.get(key, |n| schema::uint(n, u64::MAX))
-    }
-
-    fn f64(&self, key: &str) -> Option<f64> {
-        self.get(key, schema::float)
-    }
-
-    fn bool(&self, key: &str) -> Option<bool> {
-        self.get(key, schema::boolean)
-    }
-
-    fn duration(&self, key: &str) -> Option<Duration> {
-        self.get(key, schema::duration)
-    }
-
-    fn string(&self, key: &str) -> Option<String> {
-        self.get(key, schema::string)
-    }
-
-    fn enabled(&self) -> bool {
-        self.present() && self.bool("enabled").unwrap_or(true)
-    }
-
-    /// The first level (most specific first) that sets any of `keys`.
-    fn deciding(&self, keys: &[&str]) -> Option<&'a Node> {
-        self.levels
-            .iter()
-            .copied()
-            .find(|n| keys.iter().any(|k| n.get(k).is_some()))
+    fn used(layer: &Option<Layer<S>>) -> Option<&S> {
+        layer
+            .as_ref()
+            .filter(|l| l.enabled != Some(false))
+            .map(|l| &l.section)
     }
 }
 
-/// The builder a policy's levels describe.
-fn describe(name: &str, levels: &[(&str, &Node)]) -> PolicyBuilder {
-    let routes = route_table(levels);
-    let mut b = Policy::builder(name).routes(routes.table);
-    for route in routes.fallback {
+impl StoreLevel {
+    fn over(self, base: &StoreLevel) -> StoreLevel {
+        StoreLevel {
+            kind: self.kind.or(base.kind),
+            #[cfg(feature = "redis")]
+            redis: self.redis.over(&base.redis),
+        }
+    }
+
+    /// The store, or every problem with it (under the store's keys).
+    fn store(&self) -> Result<BreakerStore, ConfigError> {
+        match self.kind {
+            None => Err(ConfigError::new(
+                "kind",
+                "is required: \"memory\" or \"redis\"",
+            )),
+            Some(StoreKind::Memory) => Ok(BreakerStore::InMemory),
+            #[cfg(feature = "redis")]
+            Some(StoreKind::Redis) => self.redis.build().map(BreakerStore::from),
+            #[cfg(not(feature = "redis"))]
+            Some(StoreKind::Redis) => Err(ConfigError::new(
+                "kind",
+                "is \"redis\", which needs fusebox's `redis` feature, and this build does not have it: enable the feature, or use kind = \"memory\"",
+            )),
+        }
+    }
+}
+
+impl RouteLevel {
+    fn over(self, base: &RouteLevel) -> RouteLevel {
+        RouteLevel {
+            fallback: self.fallback.or(base.fallback),
+            section: self.section.over(&base.section),
+        }
+    }
+
+    fn route(&self) -> Route {
+        // A route's section builds whatever it holds: its values are checked by the table.
+        self.section.build().unwrap_or_default()
+    }
+}
+
+impl Level {
+    /// This level over `base` (`defaults`), section by section, key by key.
+    fn over(self, base: &Level) -> Level {
+        // Route keys: this level's first, then those only `base` has.
+        let mut routes: Vec<(String, RouteLevel)> = Vec::new();
+        for (key, route) in self.routes {
+            let merged = match base.routes.iter().find(|(k, _)| *k == key) {
+                Some((_, b)) => route.over(b),
+                None => route,
+            };
+            routes.push((key, merged));
+        }
+        for (key, route) in &base.routes {
+            if !routes.iter().any(|(k, _)| k == key) {
+                routes.push((key.clone(), route.clone()));
+            }
+        }
+        Level {
+            breaker: over_opt(self.breaker, &base.breaker, |a, b| BreakerLevel {
+                keys: BreakerKeys {
+                    enabled: a.keys.enabled.or(b.keys.enabled),
+                    key: a.keys.key.or(b.keys.key),
+                    max_keys: a.keys.max_keys.or(b.keys.max_keys),
+                    idle_timeout: a.keys.idle_timeout.or(b.keys.idle_timeout),
+                },
+                section: a.section.over(&b.section),
+                store: over_opt(a.store, &b.store, StoreLevel::over),
+            }),
+            limit: over_opt(self.limit, &base.limit, Layer::over),
+            timeout: over_opt(self.timeout, &base.timeout, Layer::over),
+            retry: over_opt(self.retry, &base.retry, Layer::over),
+            ramp: over_opt(self.ramp, &base.ramp, |a, b| RampSection {
+                enabled: a.enabled.or(b.enabled),
+                initial_limit: a.initial_limit.or(b.initial_limit),
+                duration: a.duration.or(b.duration),
+            }),
+            default_route: over_opt(self.default_route, &base.default_route, RouteLevel::over),
+            routes,
+        }
+    }
+}
+
+/// The builder a merged policy describes.
+fn describe(name: &str, level: &Level) -> PolicyBuilder {
+    let default = level
+        .default_route
+        .as_ref()
+        .map(RouteLevel::route)
+        .unwrap_or_default();
+    let mut table = RouteTable::builder(default);
+    let mut fallback = Vec::new();
+    if level.default_route.as_ref().and_then(|r| r.fallback) == Some(true) {
+        fallback.push(fusebox_classify::route::DEFAULT_ROUTE.to_owned());
+    }
+    for (key, route) in &level.routes {
+        if route.fallback == Some(true) {
+            fallback.push(key.clone());
+        }
+        table = table.route(key.as_str(), route.route());
+    }
+    let mut b = Policy::builder(name).routes(table);
+    for route in fallback {
         b = b.fallback_route(route);
     }
-
-    let timeout = Section::new(levels, "timeout");
-    if timeout.enabled() {
-        let mut t = TimeoutConfig::builder();
-        if let Some(d) = timeout.duration("default_timeout") {
-            t = t.default_timeout(d);
-        }
-        if let Some(d) = timeout.duration("body_timeout") {
-            t = t.body_timeout(d);
-        }
-        if let Some(p) = timeout.bool("propagate_grpc_timeout") {
-            t = t.propagate_grpc_timeout(p);
-        }
-        if let Some(h) = timeout.string("deadline_header") {
-            t = t.deadline_header(h);
-        }
-        b = b.timeout_config(t);
+    if let Some(timeout) = Layer::used(&level.timeout) {
+        b = b.timeout_config(timeout.builder());
     }
-
-    let limit = Section::new(levels, "limit");
-    if limit.enabled() {
-        b = b.concurrency_limit_config(limit_config(&limit, name));
+    if let Some(limit) = Layer::used(&level.limit) {
+        b = b.concurrency_limit_config(limit.build());
     }
-
-    let breaker = Section::new(levels, "breaker");
-    if breaker.enabled() {
-        let (config, key) = breaker_config(&breaker, name);
-        b = b.circuit_breaker(config);
-        if let Some(key) = key {
-            b = b.breaker_key(key);
+    if let Some(breaker) = level
+        .breaker
+        .as_ref()
+        .filter(|b| b.keys.enabled != Some(false))
+    {
+        b = b.circuit_breaker(breaker.section.build());
+        if let Some(key) = breaker.keys.key {
+            b = b.breaker_key(match key {
+                KeyKind::Host => KeyBy::Host,
+                KeyKind::Authority => KeyBy::Authority,
+                KeyKind::Route => KeyBy::Route,
+            });
         }
-        if let Some(max) = breaker.usize("max_keys") {
-            b = b.max_keys(max);
+        if let Some(max) = breaker.keys.max_keys {
+            b = b.max_keys(count(max));
         }
-        if let Some(idle) = breaker.duration("idle_timeout") {
+        if let Some(idle) = breaker.keys.idle_timeout {
             b = b.idle_timeout(idle);
         }
-        let store = Section::of(
-            breaker
-                .levels
-                .iter()
-                .filter_map(|n| n.get("store"))
-                .collect(),
-        );
-        if store.present() {
-            b = b.breaker_store(store_config(&store));
+        if let Some(store) = &breaker.store {
+            b = b.breaker_store(store.store());
         }
     }
-
-    let retry = Section::new(levels, "retry");
-    if retry.enabled() {
-        b = b.retry_budget(retry_config(&retry, name));
+    if let Some(retry) = Layer::used(&level.retry) {
+        b = b.retry_budget(retry.build());
     }
-
-    let ramp = Section::new(levels, "recovery_ramp");
-    if ramp.enabled() {
+    if let Some(ramp) = level.ramp.as_ref().filter(|r| r.enabled != Some(false)) {
         b = b.recovery_ramp(RecoveryRamp::new(
-            ramp.usize("initial_limit").unwrap_or(1),
-            ramp.duration("duration").unwrap_or(Duration::ZERO),
+            count(ramp.initial_limit.unwrap_or(1)),
+            ramp.duration.unwrap_or(Duration::ZERO),
         ));
     }
     b
 }
 
-struct Routes {
-    table: fusebox_classify::RouteTableBuilder<StandardClassifier>,
-    fallback: Vec<String>,
+// === where a problem stands in the file ===
+
+/// The levels of one policy, most specific first, each with the path it stands at.
+#[derive(Debug, Clone)]
+struct Origins {
+    policy: String,
+    levels: Vec<(String, Node)>,
 }
 
-fn route_table(levels: &[(&str, &Node)]) -> Routes {
-    let mut fallback = Vec::new();
-    let default = Section::new(levels, "default_route");
-    if default.bool("fallback") == Some(true) {
-        fallback.push(fusebox_classify::route::DEFAULT_ROUTE.to_owned());
-    }
-    let mut table = RouteTable::builder(route(&default));
-    // Route keys: the policy's first, then those only the defaults have.
-    let mut keys: Vec<&str> = Vec::new();
-    for (_, level) in levels {
-        for (key, _) in level.get("routes").and_then(Node::as_map).unwrap_or(&[]) {
-            if !keys.contains(&key.as_str()) {
-                keys.push(key);
+/// The keys of a problem's path (`routes["GET /a.b"].timeout`: a route key may hold dots).
+fn keys_of(path: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix("routes[")
+            && let Some(end) = after.find("\"]")
+        {
+            keys.push("routes".to_owned());
+            let quoted = &after[..end + 1];
+            keys.push(unquote(quoted).unwrap_or_else(|| quoted.trim_matches('"').to_owned()));
+            rest = after[end + 2..]
+                .strip_prefix('.')
+                .unwrap_or(&after[end + 2..]);
+            continue;
+        }
+        match rest.split_once('.') {
+            Some((k, r)) => {
+                keys.push(k.to_owned());
+                rest = r;
+            }
+            None => {
+                keys.push(rest.to_owned());
+                rest = "";
             }
         }
     }
-    for key in keys {
-        let section = Section::of(
-            levels
-                .iter()
-                .filter_map(|(_, n)| n.get("routes").and_then(|r| r.get(key)))
-                .collect(),
-        );
-        if section.bool("fallback") == Some(true) {
-            fallback.push(key.to_owned());
-        }
-        table = table.route(key, route(&section));
-    }
-    Routes { table, fallback }
+    keys
 }
 
-fn route(s: &Section<'_>) -> Route {
-    let mut http = HttpClassifier::new();
-    for code in s
-        .get("failure_statuses", schema::statuses)
-        .unwrap_or_default()
-    {
-        http = http.failure(code);
+/// The file's key for what a builder calls `path`: a Redis store's scope is one string.
+fn file_key(path: &str) -> String {
+    #[cfg(feature = "redis")]
+    if let Some(store) = path.strip_prefix("breaker.store.") {
+        return format!("breaker.store.{}", RedisStoreSection::file_key(store));
     }
-    for code in s
-        .get("success_statuses", schema::statuses)
-        .unwrap_or_default()
-    {
-        http = http.success(code);
-    }
-    let mut classifier = StandardClassifier::new().http(http);
-    if let Some(count) = s.bool("count_throttling") {
-        classifier = classifier.count_throttling(count);
-    }
-    if let Some(p) = s.get("protocol", |n| schema::one_of(n, &["auto", "http", "grpc"])) {
-        classifier = classifier.protocol(match p {
-            "http" => Protocol::Http,
-            "grpc" => Protocol::Grpc,
-            _ => Protocol::Auto,
-        });
-    }
-    let mut route = Route::new(classifier);
-    if let Some(d) = s.duration("timeout") {
-        route = route.timeout(d);
-    }
-    if let Some(d) = s.duration("slow_call_duration") {
-        route = route.slow_call_duration(d);
-    }
-    if let Some(r) = s.bool("retry") {
-        route = route.retry(r);
-    }
-    if let Some(i) = s.bool("idempotent") {
-        route = route.idempotent(i);
-    }
-    route
+    path.to_owned()
 }
 
-fn breaker_config(
-    s: &Section<'_>,
-    policy: &str,
-) -> (fusebox_breaker::CircuitBreakerConfigBuilder, Option<KeyBy>) {
-    let mut b =
-        CircuitBreakerConfig::builder(s.string("name").unwrap_or_else(|| policy.to_owned()));
-    if let Some(level) = s.deciding(&["count_window", "time_window"]) {
-        let one = Section::of(vec![level]);
-        if let Some(size) = one.u32("count_window") {
-            b = b.count_window(size);
-        } else if let Some(duration) = one.duration("time_window") {
-            b = b.time_window(duration, s.u32("time_window_buckets").unwrap_or(10));
-        }
-    }
-    if let Some(x) = s.u32("minimum_calls") {
-        b = b.minimum_calls(x);
-    }
-    if let Some(x) = s.u32("failure_rate_threshold") {
-        b = b.failure_rate_threshold(x);
-    }
-    if let Some(x) = s.u32("slow_call_rate_threshold") {
-        b = b.slow_call_rate_threshold(x);
-    }
-    if let Some(x) = s.u32("consecutive_failures") {
-        b = b.consecutive_failures(x);
-    }
-    if let Some(x) = s.duration("open_wait") {
-        b = b.open_wait(x);
-    }
-    if let Some(x) = s.duration("open_wait_jitter") {
-        b = b.open_wait_jitter(x);
-    }
-    let multiplier = s.f64("open_wait_multiplier");
-    let max_open = s.duration("max_open_wait");
-    if multiplier.is_some() || max_open.is_some() {
-        let base = s.duration("open_wait").unwrap_or(Duration::from_secs(30));
-        b = b.open_wait_growth(
-            multiplier.unwrap_or(1.0),
-            max_open.unwrap_or(Duration::from_secs(300).max(base)),
-        );
-    }
-    if let Some(x) = s.u32("permitted_probes") {
-        b = b.permitted_probes(x);
-    }
-    if let Some(x) = s.u32("probe_successes") {
-        b = b.probe_successes(x);
-    }
-    if let Some(x) = s.get("max_half_open_wait", schema::opt_duration) {
-        b = b.max_half_open_wait(x);
-    }
-    if let Some(x) = s.get("on_close", |n| schema::one_of(n, &["clear", "keep"])) {
-        b = b.on_close(if x == "keep" {
-            OnClose::Keep
+/// A route key as `{:?}` wrote it, back.
+fn unquote(quoted: &str) -> Option<String> {
+    let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            out.push(chars.next()?);
         } else {
-            OnClose::Clear
-        });
+            out.push(c);
+        }
     }
-    if let Some(x) = s.bool("count_overloaded") {
-        b = b.count_overloaded(x);
-    }
-    if let Some(x) = s.u64("seed") {
-        b = b.seed(x);
-    }
-    let key = s
-        .get("key", |n| {
-            schema::one_of(n, &["host", "authority", "route"])
-        })
-        .map(|k| match k {
-            "host" => KeyBy::Host,
-            "authority" => KeyBy::Authority,
-            _ => KeyBy::Route,
-        });
-    (b, key)
+    Some(out)
 }
 
-/// `breaker.store`: in memory, or on Redis. Problems are reported at the store's keys
-/// (`url`, `scope`, `flush_interval`, ...), under `breaker.store`.
-fn store_config(s: &Section<'_>) -> Result<BreakerStore, ConfigError> {
-    match s.get("kind", |n| schema::one_of(n, &["memory", "redis"])) {
-        Some("memory") => Ok(BreakerStore::InMemory),
-        Some(_) => redis_store(s),
-        // A `kind` of the wrong type was reported when the file was checked.
-        None if s.node("kind").is_some() => Ok(BreakerStore::InMemory),
-        None => Err(ConfigError::new(
-            "kind",
-            "is required: \"memory\" or \"redis\"",
-        )),
+fn has(node: &Node, keys: &[String]) -> bool {
+    let mut node = node;
+    for k in keys {
+        match node.get(k) {
+            Some(n) => node = n,
+            None => return false,
+        }
     }
+    true
 }
 
-#[cfg(not(feature = "redis"))]
-fn redis_store(_: &Section<'_>) -> Result<BreakerStore, ConfigError> {
-    Err(ConfigError::new(
-        "kind",
-        "is \"redis\", which needs fusebox's `redis` feature, and this build does not have it: enable the feature, or use kind = \"memory\"",
-    ))
-}
-
-#[cfg(feature = "redis")]
-fn redis_store(s: &Section<'_>) -> Result<BreakerStore, ConfigError> {
-    use fusebox_redis::{Fallback as OnOutage, RedisStoreConfig};
-
-    let mut problems: Option<ConfigError> = None;
-    let mut fail = |path: &str, rule: String| {
-        let one = ConfigError::new(path, rule);
-        match &mut problems {
-            Some(all) => all.extend(one),
-            None => problems = Some(one),
+impl Origins {
+    /// The file path of a problem that a builder reported at `path`: under the most
+    /// specific level that writes the deepest key of it.
+    fn locate(&self, path: &str) -> String {
+        if path == "name" {
+            return self.policy.clone();
         }
-    };
-    let url = match s.string("url") {
-        Some(url) => url,
-        None => {
-            // A `url` of the wrong type was reported when the file was checked; check the
-            // other keys against a stand-in.
-            if s.node("url").is_none() {
-                fail(
-                    "url",
-                    "is required with kind = \"redis\": a URL such as \"redis://127.0.0.1:6379/0\""
-                        .into(),
-                );
-            }
-            "redis://127.0.0.1:6379/0".to_owned()
-        }
-    };
-    let mut b = RedisStoreConfig::builder(url);
-    if let Some(scope) = s.string("scope") {
-        match parse_scope(&scope) {
-            Ok(scope) => b = b.scope(scope),
-            Err(rule) => fail("scope", rule),
-        }
-    }
-    if let Some(x) = s.string("prefix") {
-        b = b.prefix(x);
-    }
-    match s.get("mode", |n| schema::one_of(n, &["strict", "batched"])) {
-        Some("strict") => b = b.strict(),
-        _ => {
-            if let Some(flush) = s.duration("flush_interval") {
-                b = b.batched(flush);
-            }
-        }
-    }
-    if let Some(x) = s.duration("timeout") {
-        b = b.timeout(x);
-    }
-    if let Some(x) = s.duration("poll_interval") {
-        b = b.poll_interval(x);
-    }
-    if let Some(x) = s.duration("retry_interval") {
-        b = b.retry_interval(x);
-    }
-    if let Some(x) = s.duration("probe_lease") {
-        b = b.probe_lease(x);
-    }
-    if let Some(x) = s.duration("idle_ttl") {
-        b = b.idle_ttl(x);
-    }
-    if let Some(x) = s.usize("max_in_flight") {
-        b = b.max_in_flight(x);
-    }
-    if let Some(x) = s.get("fallback", |n| {
-        schema::one_of(n, &["local", "fail_open", "fail_closed"])
-    }) {
-        b = b.fallback(match x {
-            "fail_open" => OnOutage::FailOpen,
-            "fail_closed" => OnOutage::FailClosed,
-            _ => OnOutage::Local,
-        });
-    }
-    for key in s.get("shared_keys", check::strings).unwrap_or_default() {
-        b = b.share_key(key);
-    }
-    match (b.build(), problems) {
-        (Ok(config), None) => Ok(BreakerStore::from(config)),
-        (Ok(_), Some(problems)) => Err(problems),
-        (Err(e), None) => Err(e),
-        (Err(e), Some(mut problems)) => {
-            problems.extend(e);
-            Err(problems)
-        }
-    }
-}
-
-/// A scope as a file writes it, as its keys in Redis show it: `"dep:payments"`,
-/// `"dep:payments:region:eu:tenant:acme"`, or `"region:eu"` (the dependency is then the
-/// breaker's name). Each part's value is checked by the store's own rule.
-#[cfg(feature = "redis")]
-fn parse_scope(text: &str) -> Result<fusebox_redis::Scope, String> {
-    let rule = || {
-        format!(
-            "must be \"dep:<name>\", optionally followed by \":region:<region>\" and \":tenant:<tenant>\", got {text:?}"
-        )
-    };
-    let parts: Vec<&str> = text.split(':').collect();
-    if !parts.len().is_multiple_of(2) {
-        return Err(rule());
-    }
-    let (mut dep, mut region, mut tenant) = (None, None, None);
-    for pair in parts.chunks(2) {
-        let slot = match pair[0] {
-            "dep" => &mut dep,
-            "region" => &mut region,
-            "tenant" => &mut tenant,
-            _ => return Err(rule()),
+        let path = if path == "breaker_key" {
+            "breaker.key".to_owned()
+        } else {
+            file_key(path)
         };
-        if slot.replace(pair[1]).is_some() {
-            return Err(format!("names {:?} twice in {text:?}", pair[0]));
-        }
-    }
-    let mut scope = match dep {
-        Some(d) => fusebox_redis::Scope::dep(d),
-        None => fusebox_redis::Scope::breaker_name(),
-    };
-    if let Some(r) = region {
-        scope = scope.region(r);
-    }
-    if let Some(t) = tenant {
-        scope = scope.tenant(t);
-    }
-    Ok(scope)
-}
-
-fn limit_config(s: &Section<'_>, policy: &str) -> fusebox_limit::ConcurrencyLimitConfigBuilder {
-    let mut b = ConcurrencyLimitConfig::builder()
-        .name(s.string("name").unwrap_or_else(|| policy.to_owned()));
-    match s.deciding(&["max_concurrency", "adaptive"]) {
-        Some(level) if level.get("max_concurrency").is_some() => {
-            if let Some(n) = Section::of(vec![level]).usize("max_concurrency") {
-                b = b.max_concurrency(n);
-            }
-        }
-        Some(level) => {
-            if let Some(adaptive) = level.get("adaptive") {
-                let a = Section::of(vec![adaptive]);
-                match a.get("algorithm", |n| schema::one_of(n, &["aimd", "vegas"])) {
-                    Some("vegas") => {
-                        let mut c = VegasConfig::new();
-                        if let Some(x) = a.usize("min_limit") {
-                            c = c.min_limit(x);
-                        }
-                        if let Some(x) = a.usize("max_limit") {
-                            c = c.max_limit(x);
-                        }
-                        if let Some(x) = a.usize("initial_limit") {
-                            c = c.initial_limit(x);
-                        }
-                        if let Some(x) = a.f64("backoff_ratio") {
-                            c = c.backoff_ratio(x);
-                        }
-                        if let Some(x) = a.f64("smoothing") {
-                            c = c.smoothing(x);
-                        }
-                        if let Some(x) = a.f64("alpha") {
-                            c = c.alpha(x);
-                        }
-                        if let Some(x) = a.f64("beta") {
-                            c = c.beta(x);
-                        }
-                        if let Some(x) = a.duration("probe_interval") {
-                            c = c.probe_interval(x);
-                        }
-                        if let Some(x) = a.usize("probe_samples") {
-                            c = c.probe_samples(x);
-                        }
-                        b = b.vegas(c);
-                    }
-                    Some(_) => {
-                        let mut c = AimdConfig::new();
-                        if let Some(x) = a.usize("min_limit") {
-                            c = c.min_limit(x);
-                        }
-                        if let Some(x) = a.usize("max_limit") {
-                            c = c.max_limit(x);
-                        }
-                        if let Some(x) = a.usize("initial_limit") {
-                            c = c.initial_limit(x);
-                        }
-                        if let Some(x) = a.f64("backoff_ratio") {
-                            c = c.backoff_ratio(x);
-                        }
-                        if let Some(x) = a.f64("additive_increase") {
-                            c = c.additive_increase(x);
-                        }
-                        b = b.aimd(c);
-                    }
-                    // No (valid) algorithm: reported by the file check; keep a limit so
-                    // that the builder does not report a second, misleading problem.
-                    None => b = b.max_concurrency(1),
+        let path = path.as_str();
+        let keys = keys_of(path);
+        for len in (1..=keys.len()).rev() {
+            for (prefix, node) in &self.levels {
+                if has(node, &keys[..len]) {
+                    return format!("{prefix}.{path}");
                 }
             }
         }
-        None => {}
+        format!("{}.{path}", self.policy)
     }
-    if let Some(queue) = s.node("queue") {
-        let q = Section::of(vec![queue]);
-        b = b.queue(
-            q.usize("max_waiters").unwrap_or(0),
-            q.duration("max_wait").unwrap_or(Duration::ZERO),
-        );
-    }
-    if let Some(r) = s.get("release", |n| {
-        schema::one_of(n, &["response", "end_of_body"])
-    }) {
-        b = b.release(if r == "end_of_body" {
-            Release::AtEndOfBody
-        } else {
-            Release::OnResponse
-        });
-    }
-    if let Some(x) = s.duration("retry_after") {
-        b = b.retry_after(x);
-    }
-    if let Some(x) = s.usize("log_step") {
-        b = b.log_step(x);
-    }
-    b
-}
 
-fn retry_config(s: &Section<'_>, policy: &str) -> fusebox_retry::RetryConfigBuilder {
-    let mut b = RetryConfig::builder().name(s.string("name").unwrap_or_else(|| policy.to_owned()));
-    if let Some(x) = s.f64("retry_ratio") {
-        b = b.retry_ratio(x);
+    fn map_error(&self, e: ConfigError) -> ConfigError {
+        let mut out: Vec<Problem> = Vec::new();
+        for p in e.problems() {
+            push(&mut out, self.locate(p.path()), p.rule());
+        }
+        match out.split_first() {
+            None => e,
+            Some((first, rest)) => {
+                let mut all = ConfigError::new(first.path(), first.rule());
+                for p in rest {
+                    all.extend(ConfigError::new(p.path(), p.rule()));
+                }
+                all
+            }
+        }
     }
-    if let Some(x) = s.u32("min_retries_per_second") {
-        b = b.min_retries_per_second(x);
-    }
-    if let Some(x) = s.duration("ttl") {
-        b = b.ttl(x);
-    }
-    if let Some(x) = s.get("failure_rate_threshold", schema::opt_float) {
-        b = b.failure_rate_threshold(x);
-    }
-    if let Some(x) = s.u32("cutoff_minimum_calls") {
-        b = b.cutoff_minimum_calls(x);
-    }
-    if let Some(x) = s.u32("max_attempts") {
-        b = b.max_attempts(x);
-    }
-    if let Some(x) = s.duration("base_delay") {
-        b = b.base_delay(x);
-    }
-    if let Some(x) = s.duration("max_delay") {
-        b = b.max_delay(x);
-    }
-    if let Some(x) = s.duration("max_retry_after") {
-        b = b.max_retry_after(x);
-    }
-    if let Some(x) = s.usize("max_replay_body_bytes") {
-        b = b.max_replay_body_bytes(x);
-    }
-    if let Some(x) = s.get("hedge_delay", schema::opt_duration) {
-        b = b.hedge_delay(x);
-    }
-    if let Some(x) = s.u64("seed") {
-        b = b.seed(Some(x));
-    }
-    b
 }
 
 /// A policy as a file describes it, waiting for what only code can give.
@@ -1193,9 +1012,6 @@ impl FilePolicy {
         self.builder.build().map_err(|e| origins.map_error(e))
     }
 }
-
-// A compile-time check that every known-key table is used.
-const _: [&[Field]; 8] = [BREAKER, LIMIT, TIMEOUT, RETRY, RAMP, QUEUE, ADAPTIVE, STORE];
 
 #[cfg(test)]
 mod tests;

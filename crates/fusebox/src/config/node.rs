@@ -59,6 +59,63 @@ impl Node {
             .map(|(_, v)| v)
     }
 
+    /// Removes the value at `keys` (each a key of a table below the last); whether there
+    /// was one.
+    pub(crate) fn remove(&mut self, keys: &[String]) -> bool {
+        let Some((last, parents)) = keys.split_last() else {
+            return false;
+        };
+        let mut node = self;
+        for key in parents {
+            let Node::Map(entries) = node else {
+                return false;
+            };
+            match entries.iter_mut().find(|(k, _)| k == key) {
+                Some((_, child)) => node = child,
+                None => return false,
+            }
+        }
+        let Node::Map(entries) = node else {
+            return false;
+        };
+        let before = entries.len();
+        entries.retain(|(k, _)| k != last);
+        entries.len() != before
+    }
+
+    /// The position of the value at `keys` in file order (the index of each key in its
+    /// table), for reporting problems in the order they stand in the file.
+    pub(crate) fn position(&self, keys: &[String]) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut node = self;
+        for key in keys {
+            let Some(entries) = node.as_map() else {
+                break;
+            };
+            match entries.iter().position(|(k, _)| k == key) {
+                Some(i) => {
+                    out.push(i);
+                    node = &entries[i].1;
+                }
+                None => {
+                    out.push(usize::MAX);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// Splits a table into the entries whose keys are in `keys` and the others.
+    pub(crate) fn split(&self, keys: &[&str]) -> (Node, Node) {
+        let entries = self.as_map().unwrap_or(&[]);
+        let (a, b): (Vec<_>, Vec<_>) = entries
+            .iter()
+            .cloned()
+            .partition(|(k, _)| keys.contains(&k.as_str()));
+        (Node::Map(a), Node::Map(b))
+    }
+
     /// The value, shown briefly in messages.
     pub fn show(&self) -> String {
         match self {

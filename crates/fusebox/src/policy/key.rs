@@ -24,7 +24,7 @@ use std::sync::Arc;
 ///         .to_owned()
 /// });
 /// let policy = Policy::builder("billing")
-///     .circuit_breaker(CircuitBreakerConfig::builder("billing").build()?)
+///     .circuit_breaker(CircuitBreakerConfig::builder().name("billing").build()?)
 ///     .breaker_key(by_tenant)
 ///     .build()?;
 /// assert!(policy.keyed_breaker_handle().is_some());

@@ -53,7 +53,7 @@
 //!     .routes(routes)
 //!     .timeout(Duration::from_millis(250))
 //!     .concurrency_limit(64)
-//!     .circuit_breaker(CircuitBreakerConfig::builder("fraud-eu").failure_rate_threshold(50))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().name("fraud-eu").failure_rate_threshold(50))
 //!     .retry_budget(RetryConfig::builder().name("fraud-eu").retry_ratio(0.1))
 //!     .build()?;
 //!
@@ -307,18 +307,13 @@ impl<C: Classifier> PolicyBuilder<C> {
         self
     }
 
-    /// A fixed limit of `max` calls in flight, shedding at once when full; the limit is
-    /// named after the policy.
+    /// A fixed limit of `max` calls in flight, shedding at once when full.
     pub fn concurrency_limit(self, max: usize) -> Self {
-        let name = self.name.to_string();
-        self.concurrency_limit_config(
-            ConcurrencyLimitConfig::builder()
-                .name(name)
-                .max_concurrency(max),
-        )
+        self.concurrency_limit_config(ConcurrencyLimitConfig::builder().max_concurrency(max))
     }
 
-    /// The concurrency limit's full configuration (queue, adaptive limits, release).
+    /// The concurrency limit's full configuration (queue, adaptive limits, release). A
+    /// limit nobody named takes the policy's name, as every layer of the policy does.
     pub fn concurrency_limit_config(
         mut self,
         config: impl IntoConfig<ConcurrencyLimitConfig>,
@@ -327,7 +322,8 @@ impl<C: Classifier> PolicyBuilder<C> {
         self
     }
 
-    /// A circuit breaker (a [`CircuitBreakerConfig`] or its builder).
+    /// A circuit breaker (a [`CircuitBreakerConfig`] or its builder). A breaker nobody
+    /// named takes the policy's name.
     pub fn circuit_breaker(mut self, config: impl IntoConfig<CircuitBreakerConfig>) -> Self {
         self.breaker = Some(config.into_config());
         self
@@ -373,7 +369,7 @@ impl<C: Classifier> PolicyBuilder<C> {
     ///
     /// // Every replica of the payments service builds the same policy.
     /// let policy = Policy::builder("payments")
-    ///     .circuit_breaker(CircuitBreakerConfig::builder("payments").minimum_calls(50))
+    ///     .circuit_breaker(CircuitBreakerConfig::builder().name("payments").minimum_calls(50))
     ///     .breaker_store(
     ///         RedisStoreConfig::builder("redis://127.0.0.1:6379/0")
     ///             .scope(Scope::dep("payments").region("eu"))
@@ -386,7 +382,7 @@ impl<C: Classifier> PolicyBuilder<C> {
     ///
     /// // A keyed breaker must say which keys the fleet shares.
     /// let err = Policy::builder("partners")
-    ///     .circuit_breaker(CircuitBreakerConfig::builder("partners"))
+    ///     .circuit_breaker(CircuitBreakerConfig::builder().name("partners"))
     ///     .breaker_key(fusebox::KeyBy::Host)
     ///     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0"))
     ///     .build()
@@ -428,7 +424,8 @@ impl<C: Classifier> PolicyBuilder<C> {
         self
     }
 
-    /// A retry budget (a [`RetryConfig`] or its builder).
+    /// A retry budget (a [`RetryConfig`] or its builder). A budget nobody named takes the
+    /// policy's name.
     pub fn retry_budget(mut self, config: impl IntoConfig<RetryConfig>) -> Self {
         self.retry = Some(config.into_config());
         self
@@ -476,12 +473,32 @@ impl<C: Classifier> PolicyBuilder<C> {
         let has_store = self.breaker_store.is_some();
         let routes = v.nested("", self.routes);
         let timeout = self.timeout.and_then(|t| v.nested("timeout", t));
-        let limit = self.limit.and_then(|l| v.nested("limit", l));
-        let breaker = self.breaker.and_then(|b| v.nested("breaker", b));
+        // Named once: the layers nobody named take the policy's name.
+        let name = &self.name;
+        let limit = self.limit.and_then(|l| v.nested("limit", l)).map(|c| {
+            if c.is_named() {
+                c
+            } else {
+                c.with_name(name.as_ref())
+            }
+        });
+        let breaker = self.breaker.and_then(|b| v.nested("breaker", b)).map(|c| {
+            if c.is_named() {
+                c
+            } else {
+                c.with_name(Arc::clone(name))
+            }
+        });
         let store = self
             .breaker_store
             .and_then(|s| v.nested("breaker.store", s));
-        let retry = self.retry.and_then(|r| v.nested("retry", r));
+        let retry = self.retry.and_then(|r| v.nested("retry", r)).map(|c| {
+            if c.is_named() {
+                c
+            } else {
+                c.with_name(Arc::clone(name))
+            }
+        });
 
         if self.breaker_key.is_some() && !has_breaker {
             v.fail("breaker_key", "needs a circuit breaker");

@@ -41,7 +41,11 @@ fn build_reports_every_problem_with_its_path() {
             RouteTable::builder(Route::default())
                 .route("GET /a", Route::default().timeout(Duration::ZERO)),
         )
-        .circuit_breaker(CircuitBreakerConfig::builder("b").failure_rate_threshold(150))
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .name("b")
+                .failure_rate_threshold(150),
+        )
         .concurrency_limit(0)
         .retry_budget(RetryConfig::builder().max_attempts(0))
         .fallback(Fallback::new(|_| Response::new(Bytes::new())).route("GET /nope"))
@@ -53,8 +57,7 @@ fn build_reports_every_problem_with_its_path() {
         [
             "name",
             "routes[\"GET /a\"].timeout",
-            // The shorthand names the limit after the policy.
-            "limit.name",
+            // Named once: the limit takes the policy's name, whose problem is reported once.
             "limit.max_concurrency",
             "breaker.failure_rate_threshold",
             "retry.max_attempts",
@@ -64,7 +67,7 @@ fn build_reports_every_problem_with_its_path() {
         "{err}"
     );
     assert_eq!(
-        err.problems()[4].to_string(),
+        err.problems()[3].to_string(),
         "breaker.failure_rate_threshold: must be within 1..=100, got 150"
     );
 
@@ -86,7 +89,7 @@ fn build_reports_every_problem_with_its_path() {
         "{err}"
     );
     let err = Policy::builder("p")
-        .circuit_breaker(CircuitBreakerConfig::builder("p").build().unwrap())
+        .circuit_breaker(CircuitBreakerConfig::builder().name("p").build().unwrap())
         .concurrency_limit_config(
             ConcurrencyLimitConfig::builder().aimd(fusebox_limit::AimdConfig::new()),
         )
@@ -147,7 +150,12 @@ async fn fallbacks_replace_rejections_on_their_routes_only() {
     let policy = metrics::with_local_recorder(&recorder, || {
         Policy::builder("shop")
             .routes(routes)
-            .circuit_breaker(CircuitBreakerConfig::builder("shop").build().unwrap())
+            .circuit_breaker(
+                CircuitBreakerConfig::builder()
+                    .name("shop")
+                    .build()
+                    .unwrap(),
+            )
             .fallback(
                 Fallback::new(|ctx| {
                     assert_eq!(ctx.policy(), "shop");
@@ -254,7 +262,7 @@ async fn an_overloaded_limit_can_fall_back() {
 #[tokio::test(start_paused = true)]
 async fn the_ramp_starts_when_the_breaker_closes() {
     let policy = Policy::builder("p")
-        .circuit_breaker(CircuitBreakerConfig::builder("p").build().unwrap())
+        .circuit_breaker(CircuitBreakerConfig::builder().name("p").build().unwrap())
         .concurrency_limit(100)
         .recovery_ramp(RecoveryRamp::new(10, Duration::from_secs(10)))
         .build()
@@ -280,7 +288,8 @@ async fn the_ramp_starts_when_the_breaker_closes() {
 async fn keyed_breakers_open_per_key() {
     let policy = Policy::builder("p")
         .circuit_breaker(
-            CircuitBreakerConfig::builder("p")
+            CircuitBreakerConfig::builder()
+                .name("p")
                 .count_window(4)
                 .minimum_calls(2)
                 .build()
@@ -326,7 +335,7 @@ async fn host_keys_are_lower_case_hosts_short_or_long() {
     let long = "a-host-name-longer-than-twenty-three-bytes.example";
     for key_by in [KeyBy::Host, KeyBy::Authority] {
         let policy = Policy::builder("p")
-            .circuit_breaker(CircuitBreakerConfig::builder("p"))
+            .circuit_breaker(CircuitBreakerConfig::builder().name("p"))
             .breaker_key(key_by.clone())
             .build()
             .unwrap();
@@ -364,7 +373,7 @@ async fn host_keys_are_lower_case_hosts_short_or_long() {
 #[tokio::test]
 async fn host_keys_from_host_headers_keep_ipv6_addresses_apart() {
     let policy = Policy::builder("p")
-        .circuit_breaker(CircuitBreakerConfig::builder("p"))
+        .circuit_breaker(CircuitBreakerConfig::builder().name("p"))
         .breaker_key(KeyBy::Host)
         .build()
         .unwrap();
@@ -400,7 +409,7 @@ async fn every_layer_runs_and_counts_one_call() {
     let policy = Policy::builder("all")
         .timeout(Duration::from_secs(1))
         .concurrency_limit(4)
-        .circuit_breaker(CircuitBreakerConfig::builder("all").build().unwrap())
+        .circuit_breaker(CircuitBreakerConfig::builder().name("all").build().unwrap())
         .retry_budget(RetryConfig::builder().name("all").build().unwrap())
         .build()
         .unwrap();
