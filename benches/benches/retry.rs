@@ -56,7 +56,7 @@ fn retry(c: &mut Criterion) {
         .expect("a runtime");
     let _guard = rt.enter();
 
-    let fusebox = RetryBudgetLayer::with_config(RetryConfig::default()).layer(ready_ok());
+    let fusebox = RetryBudgetLayer::new(RetryConfig::default()).layer(ready_ok());
     let policy = TowerRetryPolicy::new();
     let tower_retry = tower::retry::RetryLayer::new(policy).layer(ready_ok());
 

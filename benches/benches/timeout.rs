@@ -90,26 +90,34 @@ fn timeout(c: &mut Criterion) {
         .default_timeout(TIMEOUT)
         .build()
         .expect("a valid config");
-    let single = TimeoutLayer::new(RouteTable::default(), config.clone()).layer(bare());
-    let bodies = TimeoutLayer::new(
-        RouteTable::default(),
+    let single = TimeoutLayer::builder(config.clone())
+        .routes(RouteTable::default())
+        .build()
+        .expect("the layer builds")
+        .layer(bare());
+    let bodies = TimeoutLayer::builder(
         TimeoutConfig::builder()
             .default_timeout(TIMEOUT)
             .body_timeout(TIMEOUT)
             .build()
             .expect("a valid config"),
-    );
-    let with_body = bodies.body_layer().layer(bodies.layer(bare()));
-    let routed = TimeoutLayer::new(
-        RouteTable::builder(Route::default())
-            .route("GET /users/{id}", Route::default().timeout(TIMEOUT))
-            .route("POST /charge", Route::default().timeout(TIMEOUT))
-            .route("/pkg.Ledger/{*method}", Route::default().timeout(TIMEOUT))
-            .build()
-            .expect("a valid table"),
-        config,
     )
-    .layer(bare());
+    .routes(RouteTable::default())
+    .build()
+    .expect("the layer builds");
+    let with_body = bodies.body_layer().layer(bodies.layer(bare()));
+    let routed = TimeoutLayer::builder(config)
+        .routes(
+            RouteTable::builder(Route::default())
+                .route("GET /users/{id}", Route::default().timeout(TIMEOUT))
+                .route("POST /charge", Route::default().timeout(TIMEOUT))
+                .route("/pkg.Ledger/{*method}", Route::default().timeout(TIMEOUT))
+                .build()
+                .expect("a valid table"),
+        )
+        .build()
+        .expect("the layer builds")
+        .layer(bare());
     let tower_timeout = tower::timeout::TimeoutLayer::new(TIMEOUT).layer(bare());
 
     let mut group = c.benchmark_group("timeout");

@@ -32,13 +32,15 @@ const WARM_UP: usize = 1_000;
 type Body = Empty<Bytes>;
 
 fn layer(routes: RouteTable) -> RetryBudgetLayer {
-    RetryBudgetLayer::new(
+    RetryBudgetLayer::builder(
         RetryConfig::builder()
             .seed(Some(1))
             .build()
             .expect("a valid config"),
-        routes,
     )
+    .routes(routes)
+    .build()
+    .expect("the layer builds")
 }
 
 fn routed() -> RouteTable {

@@ -42,7 +42,10 @@ fn layer() -> TimeoutLayer {
         .deadline_header("x-request-timeout-ms")
         .build()
         .expect("a valid config");
-    TimeoutLayer::new(routes, config)
+    TimeoutLayer::builder(config)
+        .routes(routes)
+        .build()
+        .expect("the layer builds")
 }
 
 fn layer_with_body_timeout() -> TimeoutLayer {
@@ -51,7 +54,10 @@ fn layer_with_body_timeout() -> TimeoutLayer {
         .body_timeout(Duration::from_secs(5))
         .build()
         .expect("a valid config");
-    TimeoutLayer::new(layer().routes().clone(), config)
+    TimeoutLayer::builder(config)
+        .routes(layer().routes().clone())
+        .build()
+        .expect("the layer builds")
 }
 
 /// Requests for every kind of route (matched with a parameter, matched by prefix, and

@@ -352,8 +352,14 @@ fn through_layers(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
             .routes(routes())
             .build()
             .expect("an in-memory breaker always builds");
-        let limit = ConcurrencyLimitLayer::with_routes(limit_config(shape), routes());
-        let timeout = TimeoutLayer::new(routes(), timeout_config());
+        let limit = ConcurrencyLimitLayer::builder(limit_config(shape))
+            .routes(routes())
+            .build()
+            .expect("the layer builds");
+        let timeout = TimeoutLayer::builder(timeout_config())
+            .routes(routes())
+            .build()
+            .expect("the layer builds");
         let (breaker_handle, limit_handle) = (breaker.handle(), limit.handle());
         let layers = ServiceBuilder::new()
             .layer(breaker)
@@ -369,7 +375,10 @@ fn through_layers(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
                 run(layers.service(dependency(script)), batches, observe).await
             }
             Some(hedge) => {
-                let retry = RetryBudgetLayer::new(retry_config(hedge), routes());
+                let retry = RetryBudgetLayer::builder(retry_config(hedge))
+                    .routes(routes())
+                    .build()
+                    .expect("the layer builds");
                 let observe = Observe {
                     breaker: breaker_handle,
                     limit: limit_handle,

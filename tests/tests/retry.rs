@@ -35,7 +35,7 @@ fn base_config() -> fusebox_retry::RetryConfigBuilder {
 }
 
 fn layer(config: fusebox_retry::RetryConfigBuilder) -> RetryBudgetLayer {
-    RetryBudgetLayer::with_config(config.build().expect("a valid config"))
+    RetryBudgetLayer::new(config.build().expect("a valid config"))
 }
 
 fn get(server: &TestServer, path: &str) -> Request<Body> {
@@ -563,7 +563,10 @@ async fn a_route_table_reaches_the_layer() {
         .build()
         .unwrap();
     let server = TestServer::start(Reply::status(502)).await;
-    let svc = RetryBudgetLayer::new(base_config().max_attempts(2).build().unwrap(), routes)
+    let svc = RetryBudgetLayer::builder(base_config().max_attempts(2).build().unwrap())
+        .routes(routes)
+        .build()
+        .expect("the layer builds")
         .layer(client());
     let post = Request::post(server.url("/charges"))
         .body(Full::new(Bytes::from_static(b"amount=5")))

@@ -41,7 +41,12 @@ fn timeout_client() -> Timeout<HttpClient, StandardClassifier> {
         .build()
         .expect("a valid timeout config");
     ServiceBuilder::new()
-        .layer(TimeoutLayer::new(routes, config))
+        .layer(
+            TimeoutLayer::builder(config)
+                .routes(routes)
+                .build()
+                .expect("the layer builds"),
+        )
         .service(client())
 }
 

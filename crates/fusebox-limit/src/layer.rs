@@ -5,7 +5,7 @@ use crate::limiter::{Lane, Lanes, Limiter};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitions, Unpartitioned};
 use crate::service::ConcurrencyLimit;
-use fusebox_classify::{Classifier, RouteTable, StandardClassifier};
+use fusebox_classify::{Classifier, ConfigError, RouteTable, StandardClassifier};
 use std::fmt;
 use std::sync::Arc;
 use tower_layer::Layer;
@@ -27,19 +27,54 @@ impl ConcurrencyLimitLayer {
     /// A limit whose adaptive algorithm (if any) classifies calls with the default route
     /// table (HTTP and gRPC status rules, no slow-call threshold).
     pub fn new(config: ConcurrencyLimitConfig) -> Self {
-        Self::with_routes(config, RouteTable::default())
+        Self::assemble(config, RouteTable::default())
+    }
+
+    /// A builder, to classify calls by a route table.
+    pub fn builder(config: ConcurrencyLimitConfig) -> ConcurrencyLimitLayerBuilder {
+        ConcurrencyLimitLayerBuilder {
+            config,
+            routes: RouteTable::default(),
+        }
     }
 }
 
 impl<C: Classifier> ConcurrencyLimitLayer<C> {
-    /// A limit whose adaptive algorithm classifies calls with `routes`: each route's
-    /// classifier and slow-call threshold decide which calls are drops.
-    pub fn with_routes(config: ConcurrencyLimitConfig, routes: RouteTable<C>) -> Self {
+    fn assemble(config: ConcurrencyLimitConfig, routes: RouteTable<C>) -> Self {
         ConcurrencyLimitLayer {
             lanes: Lane::all(Limiter::new(&config, routes, &[])),
             config,
             partitioner: Unpartitioned,
         }
+    }
+}
+
+/// Builds a [`ConcurrencyLimitLayer`] (the shape every fusebox layer's builder has).
+#[derive(Debug, Clone)]
+pub struct ConcurrencyLimitLayerBuilder<C = StandardClassifier> {
+    config: ConcurrencyLimitConfig,
+    routes: RouteTable<C>,
+}
+
+impl<C: Classifier> ConcurrencyLimitLayerBuilder<C> {
+    /// Classifies calls with `routes`: each route's classifier and slow-call threshold
+    /// decide which calls an adaptive limit counts as drops (default: one route, the
+    /// standard classifier, no slow-call threshold).
+    pub fn routes<C2: Classifier>(
+        self,
+        routes: RouteTable<C2>,
+    ) -> ConcurrencyLimitLayerBuilder<C2> {
+        ConcurrencyLimitLayerBuilder {
+            config: self.config,
+            routes,
+        }
+    }
+
+    /// The layer, with its limit. Nothing here can be wrong (the configuration and the
+    /// table were checked when they were built); the `Result` is the shape every fusebox
+    /// layer's builder has.
+    pub fn build(self) -> Result<ConcurrencyLimitLayer<C>, ConfigError> {
+        Ok(ConcurrencyLimitLayer::assemble(self.config, self.routes))
     }
 }
 

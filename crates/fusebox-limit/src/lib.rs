@@ -173,7 +173,7 @@ pub use crate::config::{
     QueueConfig, Release, VegasConfig,
 };
 pub use crate::future::ResponseFuture;
-pub use crate::layer::ConcurrencyLimitLayer;
+pub use crate::layer::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder};
 pub use crate::observe::LimitHandle;
 pub use crate::partition::{Partitioner, Partitions, Unpartitioned};
 #[cfg(feature = "serde")]

@@ -489,7 +489,7 @@ async fn one_limit_per_layer_value() {
 // === adaptive ===
 
 fn aimd_layer(initial: usize, routes: RouteTable) -> ConcurrencyLimitLayer {
-    ConcurrencyLimitLayer::with_routes(
+    ConcurrencyLimitLayer::builder(
         config()
             .aimd(
                 AimdConfig::new()
@@ -500,8 +500,10 @@ fn aimd_layer(initial: usize, routes: RouteTable) -> ConcurrencyLimitLayer {
             )
             .build()
             .unwrap(),
-        routes,
     )
+    .routes(routes)
+    .build()
+    .expect("the layer builds")
 }
 
 #[tokio::test(start_paused = true)]
@@ -829,14 +831,16 @@ async fn aimd_settles_under_the_slow_call_threshold() {
     };
     // Calls of 12 ms or more are slow: the knee as the classifier sees it is at 24.
     let routes = RouteTable::single(Route::default().slow_call_duration(Duration::from_millis(12)));
-    let layer = ConcurrencyLimitLayer::with_routes(
+    let layer = ConcurrencyLimitLayer::builder(
         config()
             .aimd(AimdConfig::new().initial_limit(5).max_limit(200))
             .queue(100, Duration::from_secs(10))
             .build()
             .unwrap(),
-        routes,
-    );
+    )
+    .routes(routes)
+    .build()
+    .expect("the layer builds");
     let handle = layer.handle();
     let svc = tower_layer::Layer::layer(&layer, dep.clone().service());
     drive(svc, 100, Duration::from_secs(10)).await;

@@ -3,7 +3,7 @@
 use crate::budget::RetryBudget;
 use crate::config::RetryConfig;
 use crate::service::{Retry, Shared};
-use fusebox_classify::{Classifier, RouteTable, StandardClassifier};
+use fusebox_classify::{Classifier, ConfigError, RouteTable, StandardClassifier};
 use std::fmt;
 use std::sync::Arc;
 use tower_layer::Layer;
@@ -16,26 +16,53 @@ pub struct RetryBudgetLayer<C = StandardClassifier> {
     shared: Arc<Shared<C>>,
 }
 
-impl<C: Classifier> RetryBudgetLayer<C> {
-    /// A layer with these settings, classifying calls by `routes`.
-    pub fn new(config: RetryConfig, routes: RouteTable<C>) -> Self {
-        RetryBudgetLayer {
-            shared: Arc::new(Shared::new(config, routes)),
-        }
-    }
-}
-
 impl RetryBudgetLayer {
     /// A layer with these settings and the default route table (the standard HTTP and gRPC
     /// classifier, retries allowed).
-    pub fn with_config(config: RetryConfig) -> Self {
-        RetryBudgetLayer::new(config, RouteTable::default())
+    pub fn new(config: RetryConfig) -> Self {
+        RetryBudgetLayer {
+            shared: Arc::new(Shared::new(config, RouteTable::default())),
+        }
+    }
+
+    /// A builder, to classify calls by a route table.
+    pub fn builder(config: RetryConfig) -> RetryBudgetLayerBuilder {
+        RetryBudgetLayerBuilder {
+            config,
+            routes: RouteTable::default(),
+        }
     }
 }
 
 impl Default for RetryBudgetLayer {
     fn default() -> Self {
-        RetryBudgetLayer::with_config(RetryConfig::default())
+        RetryBudgetLayer::new(RetryConfig::default())
+    }
+}
+
+/// Builds a [`RetryBudgetLayer`] (the shape every fusebox layer's builder has).
+#[derive(Debug, Clone)]
+pub struct RetryBudgetLayerBuilder<C = StandardClassifier> {
+    config: RetryConfig,
+    routes: RouteTable<C>,
+}
+
+impl<C: Classifier> RetryBudgetLayerBuilder<C> {
+    /// Classifies calls by `routes` (default: one route, the standard classifier).
+    pub fn routes<C2: Classifier>(self, routes: RouteTable<C2>) -> RetryBudgetLayerBuilder<C2> {
+        RetryBudgetLayerBuilder {
+            config: self.config,
+            routes,
+        }
+    }
+
+    /// The layer, with its budget. Nothing here can be wrong (the configuration and the
+    /// table were checked when they were built); the `Result` is the shape every fusebox
+    /// layer's builder has.
+    pub fn build(self) -> Result<RetryBudgetLayer<C>, ConfigError> {
+        Ok(RetryBudgetLayer {
+            shared: Arc::new(Shared::new(self.config, self.routes)),
+        })
     }
 }
 

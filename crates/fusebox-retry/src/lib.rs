@@ -85,7 +85,7 @@
 //!     .base_delay(Duration::from_millis(10))
 //!     .seed(Some(7))
 //!     .build()?;
-//! let layer = RetryBudgetLayer::with_config(config);
+//! let layer = RetryBudgetLayer::new(config);
 //!
 //! // A dependency that is unavailable once, then answers.
 //! let calls = Arc::new(AtomicUsize::new(0));
@@ -133,7 +133,7 @@ mod tests;
 pub use crate::backoff::{Backoff, SystemWallClock, WallClock};
 pub use crate::budget::{BudgetSnapshot, RetryBudget};
 pub use crate::config::{MAX_ATTEMPTS, RetryConfig, RetryConfigBuilder};
-pub use crate::layer::RetryBudgetLayer;
+pub use crate::layer::{RetryBudgetLayer, RetryBudgetLayerBuilder};
 pub use crate::replay::ReplayBody;
 #[cfg(feature = "serde")]
 pub use crate::section::RetrySection;

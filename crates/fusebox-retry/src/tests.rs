@@ -92,7 +92,7 @@ fn config() -> RetryConfigBuilder {
 }
 
 fn layer(config: RetryConfigBuilder) -> RetryBudgetLayer {
-    RetryBudgetLayer::with_config(config.build().unwrap())
+    RetryBudgetLayer::new(config.build().unwrap())
 }
 
 fn get() -> Request<Empty<Bytes>> {
@@ -146,7 +146,10 @@ async fn non_retryable_answers_and_disabled_routes_are_not_retried() {
         .build()
         .unwrap();
     let seen = Seen::default();
-    let svc = RetryBudgetLayer::new(config().build().unwrap(), routes)
+    let svc = RetryBudgetLayer::builder(config().build().unwrap())
+        .routes(routes)
+        .build()
+        .expect("the layer builds")
         .layer(dependency(seen.clone(), |_| status(503)));
     assert_eq!(svc.oneshot(get()).await.unwrap().status(), 503);
     assert_eq!(seen.count(), 1, "the route turns retries off");

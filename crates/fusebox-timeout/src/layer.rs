@@ -3,7 +3,7 @@
 
 use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
-use fusebox_classify::{Classifier, RouteTable, StandardClassifier};
+use fusebox_classify::{Classifier, ConfigError, RouteTable, StandardClassifier};
 use tower_layer::Layer;
 
 /// Applies per-route timeouts, and callers' deadlines, to a service: builds [`Timeout`].
@@ -19,13 +19,52 @@ pub struct TimeoutLayer<C = StandardClassifier> {
     config: TimeoutConfig,
 }
 
-impl<C: Classifier> TimeoutLayer<C> {
-    /// A layer reading each route's timeout from `routes`, and everything else from
-    /// `config`.
-    pub fn new(routes: RouteTable<C>, config: TimeoutConfig) -> Self {
-        TimeoutLayer { routes, config }
+impl TimeoutLayer {
+    /// A layer with `config` and the default route table (one route, no timeout of its
+    /// own: every call gets [`TimeoutConfig::default_timeout`]).
+    pub fn new(config: TimeoutConfig) -> Self {
+        TimeoutLayer {
+            routes: RouteTable::default(),
+            config,
+        }
     }
 
+    /// A builder, to read each route's timeout from a route table.
+    pub fn builder(config: TimeoutConfig) -> TimeoutLayerBuilder {
+        TimeoutLayerBuilder {
+            config,
+            routes: RouteTable::default(),
+        }
+    }
+}
+
+/// Builds a [`TimeoutLayer`] (the shape every fusebox layer's builder has).
+#[derive(Debug, Clone)]
+pub struct TimeoutLayerBuilder<C = StandardClassifier> {
+    config: TimeoutConfig,
+    routes: RouteTable<C>,
+}
+
+impl<C: Classifier> TimeoutLayerBuilder<C> {
+    /// Reads each route's timeout from `routes` (default: one route, no timeout of its own).
+    pub fn routes<C2: Classifier>(self, routes: RouteTable<C2>) -> TimeoutLayerBuilder<C2> {
+        TimeoutLayerBuilder {
+            config: self.config,
+            routes,
+        }
+    }
+
+    /// The layer. Nothing here can be wrong (the configuration and the table were checked
+    /// when they were built); the `Result` is the shape every fusebox layer's builder has.
+    pub fn build(self) -> Result<TimeoutLayer<C>, ConfigError> {
+        Ok(TimeoutLayer {
+            routes: self.routes,
+            config: self.config,
+        })
+    }
+}
+
+impl<C: Classifier> TimeoutLayer<C> {
     /// The route table.
     pub fn routes(&self) -> &RouteTable<C> {
         &self.routes
@@ -39,7 +78,10 @@ impl<C: Classifier> TimeoutLayer<C> {
     /// The layer that bounds response bodies with the same table and configuration
     /// ([`TimeoutConfig::body_timeout`], and callers' deadlines).
     pub fn body_layer(&self) -> BodyTimeoutLayer<C> {
-        BodyTimeoutLayer::new(self.routes.clone(), &self.config)
+        BodyTimeoutLayer {
+            routes: self.routes.clone(),
+            timeout: self.config.body_timeout(),
+        }
     }
 }
 
@@ -68,17 +110,19 @@ pub struct BodyTimeoutLayer<C = StandardClassifier> {
     timeout: Option<std::time::Duration>,
 }
 
-impl<C: Classifier> BodyTimeoutLayer<C> {
+impl BodyTimeoutLayer {
     /// A layer bounding bodies by `config`'s [`body_timeout`](TimeoutConfig::body_timeout)
-    /// (none: bodies are bounded only by callers' deadlines); `routes` names the route in
-    /// the error.
-    pub fn new(routes: RouteTable<C>, config: &TimeoutConfig) -> Self {
+    /// (none: bodies are bounded only by callers' deadlines), with the default route table;
+    /// [`TimeoutLayer::body_layer`] gives one with the timeout layer's table.
+    pub fn new(config: &TimeoutConfig) -> Self {
         BodyTimeoutLayer {
-            routes,
+            routes: RouteTable::default(),
             timeout: config.body_timeout(),
         }
     }
+}
 
+impl<C: Classifier> BodyTimeoutLayer<C> {
     /// The body timeout, if any.
     pub fn timeout(&self) -> Option<std::time::Duration> {
         self.timeout

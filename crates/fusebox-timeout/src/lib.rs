@@ -72,7 +72,7 @@
 //!     Ok::<_, std::io::Error>(Response::new(Full::new(Bytes::from_static(b"done"))))
 //! });
 //! let client = ServiceBuilder::new()
-//!     .layer(TimeoutLayer::new(routes, config))
+//!     .layer(TimeoutLayer::builder(config).routes(routes).build()?)
 //!     .service(dependency);
 //!
 //! // The report route allows 2 s: the call succeeds.
@@ -146,7 +146,9 @@ pub use crate::body::TimeoutBody;
 pub use crate::config::{
     DEFAULT_TIMEOUT, DeadlineConfig, DeadlineConfigBuilder, TimeoutConfig, TimeoutConfigBuilder,
 };
-pub use crate::layer::{BodyTimeoutLayer, IncomingDeadlineLayer, TimeoutLayer};
+pub use crate::layer::{
+    BodyTimeoutLayer, IncomingDeadlineLayer, TimeoutLayer, TimeoutLayerBuilder,
+};
 #[cfg(feature = "serde")]
 pub use crate::section::{DeadlineSection, TimeoutSection};
 pub use crate::service::{BodyTimeout, Expired, IncomingDeadline, Timeout};

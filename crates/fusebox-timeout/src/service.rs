@@ -174,7 +174,7 @@ impl<S, C: Classifier> Timeout<S, C> {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     /// let routes = RouteTable::single(Route::default().timeout(Duration::from_millis(250)));
     /// // The timeout's decisions, without an inner service to call.
-    /// let timeout = TimeoutLayer::new(routes, TimeoutConfig::default()).layer(());
+    /// let timeout = TimeoutLayer::builder(TimeoutConfig::default()).routes(routes).build()?.layer(());
     ///
     /// let mut request = Request::new(());
     /// let bound = timeout.bound(&mut request).expect("no deadline has passed");

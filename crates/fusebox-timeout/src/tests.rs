@@ -43,14 +43,20 @@ fn config() -> TimeoutConfig {
 }
 
 fn layer() -> TimeoutLayer {
-    TimeoutLayer::new(routes(), config())
+    TimeoutLayer::builder(config())
+        .routes(routes())
+        .build()
+        .expect("the layer builds")
 }
 
 /// A timeout with its body layer outside it, as a Policy stacks them.
 fn with_bodies(
     config: TimeoutConfig,
 ) -> ServiceBuilder<Stack<TimeoutLayer, Stack<BodyTimeoutLayer, Identity>>> {
-    let timeout = TimeoutLayer::new(routes(), config);
+    let timeout = TimeoutLayer::builder(config)
+        .routes(routes())
+        .build()
+        .expect("the layer builds");
     ServiceBuilder::new()
         .layer(timeout.body_layer())
         .layer(timeout)

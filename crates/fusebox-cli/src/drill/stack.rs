@@ -18,12 +18,12 @@ use crate::config::{BreakerOverrides, PolicySpec};
 use crate::input::InputError;
 use bytes::Bytes;
 use fusebox_breaker::{BreakerEvent, BreakerHandle, CircuitBreakerLayer, Store};
-use fusebox_classify::BoxError;
 use fusebox_classify::StandardClassifier;
+use fusebox_classify::{BoxError, ConfigError};
 use fusebox_limit::{ConcurrencyLimitLayer, LimitHandle};
 use fusebox_redis::OnRedis;
 use fusebox_retry::{ReplayBody, RetryBudgetLayer};
-use fusebox_timeout::{BodyTimeoutLayer, TimeoutLayer};
+use fusebox_timeout::TimeoutLayer;
 use http::{Request, Response};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -122,29 +122,24 @@ pub fn build(
         ))
     };
     match redis {
-        Some(redis) => Ok(with_breaker(
-            policy,
-            builder.store(redis).build().map_err(invalid)?,
-            &tap,
-        )),
-        None => Ok(with_breaker(
-            policy,
-            builder.build().map_err(invalid)?,
-            &tap,
-        )),
+        Some(redis) => with_breaker(policy, builder.store(redis).build().map_err(invalid)?, &tap),
+        None => with_breaker(policy, builder.build().map_err(invalid)?, &tap),
     }
+    .map_err(invalid)
 }
 
 fn with_breaker<St: Store>(
     policy: &PolicySpec,
     breaker: CircuitBreakerLayer<StandardClassifier, St>,
     tap: &TapFn,
-) -> Stack {
-    match &policy.retry {
+) -> Result<Stack, ConfigError> {
+    Ok(match &policy.retry {
         Some(retry) => {
             let (inner, handle, limit) =
-                inner::<ReplayBody<Empty<Bytes>>, St>(policy, breaker, tap);
-            let layer = RetryBudgetLayer::new(retry.clone(), policy.routes.clone());
+                inner::<ReplayBody<Empty<Bytes>>, St>(policy, breaker, tap)?;
+            let layer = RetryBudgetLayer::builder(retry.clone())
+                .routes(policy.routes.clone())
+                .build()?;
             let service = BoxCloneService::new(layer.layer(inner).map_response(boxed));
             Stack {
                 service,
@@ -153,14 +148,14 @@ fn with_breaker<St: Store>(
             }
         }
         None => {
-            let (service, handle, limit) = inner::<Empty<Bytes>, St>(policy, breaker, tap);
+            let (service, handle, limit) = inner::<Empty<Bytes>, St>(policy, breaker, tap)?;
             Stack {
                 service,
                 breaker: handle,
                 limit,
             }
         }
-    }
+    })
 }
 
 type Inner<B> = BoxCloneService<Request<B>, Response<DrillBody>, BoxError>;
@@ -171,7 +166,7 @@ fn inner<B, St>(
     policy: &PolicySpec,
     breaker: CircuitBreakerLayer<StandardClassifier, St>,
     tap: &TapFn,
-) -> (Inner<B>, BreakerHandle, Option<LimitHandle>)
+) -> Result<(Inner<B>, BreakerHandle, Option<LimitHandle>), ConfigError>
 where
     B: Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<BoxError>,
@@ -186,10 +181,12 @@ where
             .map_err(|e| -> BoxError { Box::new(e) }),
     );
     if let Some(t) = &policy.timeout {
-        let layer = TimeoutLayer::new(policy.routes.clone(), t.clone());
+        let layer = TimeoutLayer::builder(t.clone())
+            .routes(policy.routes.clone())
+            .build()?;
         svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
         if t.body_timeout().is_some() {
-            let body = BodyTimeoutLayer::new(policy.routes.clone(), t);
+            let body = layer.body_layer();
             svc = BoxCloneService::new(body.layer(svc).map_response(boxed));
         }
     }
@@ -201,7 +198,9 @@ where
     }));
     let mut limit = None;
     if let Some(l) = &policy.limit {
-        let layer = ConcurrencyLimitLayer::with_routes(l.clone(), policy.routes.clone());
+        let layer = ConcurrencyLimitLayer::builder(l.clone())
+            .routes(policy.routes.clone())
+            .build()?;
         limit = Some(layer.handle());
         svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
     }
@@ -220,7 +219,7 @@ where
     }));
     svc = BoxCloneService::new(breaker.layer(svc).map_response(boxed));
     svc = tapped(svc, tap, Tap::Attempt);
-    (svc, handle, limit)
+    Ok((svc, handle, limit))
 }
 
 fn tapped<B: Send + 'static>(svc: Inner<B>, tap: &TapFn, at: Tap) -> Inner<B> {

@@ -566,9 +566,22 @@ impl<C: Classifier> PolicyBuilder<C> {
             || routes
                 .iter()
                 .any(|(_, _, r)| r.timeout_duration().is_some());
-        let timeout =
-            needs_timeout.then(|| TimeoutLayer::new(routes.clone(), timeout.unwrap_or_default()));
-        let limit = limit.map(|l| ConcurrencyLimitLayer::with_routes(l, routes.clone()));
+        let timeout = needs_timeout
+            .then(|| {
+                TimeoutLayer::builder(timeout.unwrap_or_default())
+                    .routes(routes.clone())
+                    .build()
+            })
+            .transpose()
+            .map_err(|e| e.prefixed("timeout"))?;
+        let limit = limit
+            .map(|l| {
+                ConcurrencyLimitLayer::builder(l)
+                    .routes(routes.clone())
+                    .build()
+            })
+            .transpose()
+            .map_err(|e| e.prefixed("limit"))?;
         let ramp = match (&self.ramp, &limit) {
             (Some(r), Some(l)) => match l.config().limit() {
                 Limit::Fixed(max) => Some(Arc::new(Ramp::new(*r, l.handle(), *max))),
@@ -607,7 +620,10 @@ impl<C: Classifier> PolicyBuilder<C> {
                 }
             }
         };
-        let retry = retry.map(|r| RetryBudgetLayer::new(r, routes.clone()));
+        let retry = retry
+            .map(|r| RetryBudgetLayer::builder(r).routes(routes.clone()).build())
+            .transpose()
+            .map_err(|e| e.prefixed("retry"))?;
         let fallback = fallback.map(|f| Armed::new(f, on_route.into_boxed_slice(), &self.name));
         let parts = Arc::new(Parts {
             breaker: match &breaker {
