@@ -154,6 +154,9 @@
 pub mod check;
 mod node;
 mod read;
+mod write;
+
+pub use self::write::{PolicyFileSection, PolicySection};
 
 use self::check::{join, unknown_key_among};
 use self::node::Node;

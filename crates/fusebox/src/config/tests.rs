@@ -463,3 +463,170 @@ fn a_redis_store_needs_the_redis_feature() {
             .is_in_memory()
     );
 }
+
+/// The policies of `file`, written out as a file and read back: each builds as before.
+#[cfg(feature = "toml")]
+fn written_and_read_back(file: &PolicyFile, names: &[&str]) {
+    let build = |file: &PolicyFile, name: &str| match file.policy(name).unwrap().wants_fallback() {
+        true => file
+            .policy(name)
+            .unwrap()
+            .fallback(fallback())
+            .build()
+            .unwrap(),
+        false => file.build(name).unwrap(),
+    };
+    let policies: Vec<Policy> = names.iter().map(|n| build(file, n)).collect();
+    let refs: Vec<&Policy> = policies.iter().collect();
+    let written = toml::to_string(&PolicyFileSection::of(&refs)).unwrap();
+    let again = PolicyFile::from_toml(&written).unwrap_or_else(|e| panic!("{e}\n{written}"));
+    for (name, before) in names.iter().zip(&policies) {
+        let after = build(&again, name);
+        assert_eq!(after.breaker_config(), before.breaker_config(), "{name}");
+        assert_eq!(after.limit_config(), before.limit_config(), "{name}");
+        assert_eq!(after.timeout_config(), before.timeout_config(), "{name}");
+        assert_eq!(
+            after.retry_config().map(fusebox_retry::RetrySection::of),
+            before.retry_config().map(fusebox_retry::RetrySection::of),
+            "{name}"
+        );
+        assert_eq!(after.recovery_ramp(), before.recovery_ramp(), "{name}");
+        let table = |p: &Policy| -> Vec<(String, fusebox_classify::section::RouteSection)> {
+            p.routes()
+                .iter()
+                .map(|(_, n, r)| (n.to_owned(), fusebox_classify::section::RouteSection::of(r)))
+                .collect()
+        };
+        assert_eq!(table(&after), table(before), "{name}");
+        // Effective route settings, inherited ones included.
+        for ((_, _, a), (_, _, b)) in after.routes().iter().zip(before.routes().iter()) {
+            assert_eq!(a.slow_call_threshold(), b.slow_call_threshold());
+            assert_eq!(a.timeout_duration(), b.timeout_duration());
+            assert_eq!(a.retry_enabled(), b.retry_enabled());
+            assert_eq!(a.idempotent_override(), b.idempotent_override());
+        }
+        // And written out again, the same file.
+        let twice = toml::to_string(&PolicyFileSection::of(&[&after])).unwrap();
+        let once = toml::to_string(&PolicyFileSection::of(&[before])).unwrap();
+        assert_eq!(twice, once, "{name}");
+    }
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn a_built_policy_written_out_reads_back_the_same() {
+    let file = PolicyFile::from_toml(EXAMPLE_TOML).unwrap();
+    written_and_read_back(&file, &["fraud-eu", "inventory", "ledger"]);
+    // Every kind of setting, the ones the example does not use included.
+    let file = PolicyFile::from_toml(
+        r#"
+        [policies.all.breaker]
+        name = "all-deps"
+        time_window = "30s"
+        time_window_buckets = 15
+        consecutive_failures = 5
+        open_wait_multiplier = 2.0
+        max_open_wait = "2m"
+        max_half_open_wait = "none"
+        on_close = "keep"
+        count_overloaded = true
+        seed = 9
+        [policies.all.limit]
+        adaptive = { algorithm = "vegas", min_limit = 2, max_limit = 50, initial_limit = 10, probe_interval = "30s" }
+        queue = { max_waiters = 8, max_wait = "20ms" }
+        release = "end_of_body"
+        [policies.all.timeout]
+        default_timeout = "700ms"
+        body_timeout = "5s"
+        deadline_header = "x-request-timeout-ms"
+        [policies.all.retry]
+        retry_ratio = 0.0015
+        failure_rate_threshold = "none"
+        hedge_delay = "40ms"
+        [policies.all.default_route]
+        slow_call_duration = "200ms"
+        protocol = "http"
+        failure_statuses = [404]
+        [policies.all.routes."GET /a"]
+        slow_call_duration = "none"
+        ignored_statuses = [409]
+        count_throttling = true
+        "#,
+    )
+    .unwrap();
+    written_and_read_back(&file, &["all"]);
+}
+
+/// A file with every route setting on the default route, a route that sets none of them,
+/// and a route that turns the two that can be turned off off.
+const INHERITING_TOML: &str = r#"
+[policies.p.default_route]
+slow_call_duration = "250ms"
+timeout = "800ms"
+count_throttling = true
+retry = false
+idempotent = true
+protocol = "http"
+failure_statuses = [404]
+
+[policies.p.routes."GET /plain"]
+
+[policies.p.routes."GET /none"]
+slow_call_duration = "none"
+timeout = "none"
+"#;
+
+const INHERITING_YAML: &str = r#"
+policies:
+  p:
+    default_route:
+      slow_call_duration: 250ms
+      timeout: 800ms
+      count_throttling: true
+      retry: false
+      idempotent: true
+      protocol: http
+      failure_statuses: [404]
+    routes:
+      "GET /plain": {}
+      "GET /none":
+        slow_call_duration: none
+        timeout: none
+"#;
+
+fn check_inheritance(file: &PolicyFile) {
+    let p = file.build("p").unwrap();
+    let plain = p.routes().route(route_id(&p, "GET /plain"));
+    assert_eq!(
+        plain.slow_call_threshold(),
+        Some(Duration::from_millis(250))
+    );
+    assert_eq!(plain.timeout_duration(), Some(Duration::from_millis(800)));
+    assert!(!plain.retry_enabled());
+    assert_eq!(plain.idempotent_override(), Some(true));
+    assert_eq!(
+        plain.classifier().protocol_setting(),
+        Some(fusebox_classify::Protocol::Http)
+    );
+    assert_eq!(outcome(&p, "GET /plain", 429), Outcome::Failure);
+    assert_eq!(outcome(&p, "GET /plain", 404), Outcome::Failure);
+    let none = p.routes().route(route_id(&p, "GET /none"));
+    assert_eq!(none.slow_call_threshold(), None);
+    assert_eq!(none.timeout_duration(), None);
+    assert!(
+        !none.retry_enabled(),
+        "what it does not turn off it inherits"
+    );
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn named_routes_inherit_the_default_route_in_toml() {
+    check_inheritance(&PolicyFile::from_toml(INHERITING_TOML).unwrap());
+}
+
+#[cfg(feature = "yaml")]
+#[test]
+fn named_routes_inherit_the_default_route_in_yaml() {
+    check_inheritance(&PolicyFile::from_yaml(INHERITING_YAML).unwrap());
+}

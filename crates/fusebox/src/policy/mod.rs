@@ -593,6 +593,18 @@ impl<C: Classifier> PolicyBuilder<C> {
             Some(_) if self.check_only => BreakerStore::InMemory,
             store => store.unwrap_or_default(),
         };
+        let settings = Settings {
+            breaker: breaker.clone(),
+            key: self.breaker_key.clone(),
+            max_keys: self.max_keys,
+            idle_timeout: self.idle_timeout,
+            ramp: self.ramp,
+            fallback: routes
+                .iter()
+                .filter(|(id, _, _)| on_route.get(id.index()).copied().unwrap_or(false))
+                .map(|(_, name, _)| name.to_owned())
+                .collect(),
+        };
         let breaker = match breaker {
             None => BreakerLayer::Off,
             Some(config) => {
@@ -636,6 +648,7 @@ impl<C: Classifier> PolicyBuilder<C> {
         });
         Ok(Policy {
             inner: Arc::new(PolicyLayers {
+                settings,
                 retry,
                 breaker,
                 limit,
@@ -668,7 +681,21 @@ pub(crate) struct Shared<C> {
     pub(crate) ramp: Option<Arc<Ramp>>,
 }
 
+/// What a policy was built with beyond its layers' own configurations (for reading it
+/// back: [`Policy::breaker_config`], and a policy written out as a file).
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) breaker: Option<CircuitBreakerConfig>,
+    pub(crate) key: Option<KeyBy>,
+    pub(crate) max_keys: Option<usize>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) ramp: Option<RecoveryRamp>,
+    /// The routes (by name) whose rejections go to the fallback.
+    pub(crate) fallback: Vec<String>,
+}
+
 pub(crate) struct PolicyLayers<C> {
+    settings: Settings,
     retry: Option<RetryBudgetLayer<C>>,
     breaker: BreakerLayer<C>,
     limit: Option<ConcurrencyLimitLayer<C>>,
@@ -723,6 +750,36 @@ impl<C: Classifier> Policy<C> {
     /// The policy's name.
     pub fn name(&self) -> &str {
         &self.inner.shared.name
+    }
+
+    /// The breaker's configuration, as built (named after the policy unless named), if the
+    /// policy has a breaker.
+    pub fn breaker_config(&self) -> Option<&CircuitBreakerConfig> {
+        self.inner.settings.breaker.as_ref()
+    }
+
+    /// How a keyed breaker keys its breakers, if it is keyed.
+    pub fn breaker_key(&self) -> Option<&KeyBy> {
+        self.inner.settings.key.as_ref()
+    }
+
+    /// A keyed breaker's [`max_keys`](PolicyBuilder::max_keys) and
+    /// [`idle_timeout`](PolicyBuilder::idle_timeout), where given.
+    pub fn breaker_key_limits(&self) -> (Option<usize>, Option<Duration>) {
+        (
+            self.inner.settings.max_keys,
+            self.inner.settings.idle_timeout,
+        )
+    }
+
+    /// The recovery ramp, if the policy has one.
+    pub fn recovery_ramp(&self) -> Option<&RecoveryRamp> {
+        self.inner.settings.ramp.as_ref()
+    }
+
+    /// The routes (by name) whose rejections go to the fallback.
+    pub fn fallback_routes(&self) -> impl Iterator<Item = &str> {
+        self.inner.settings.fallback.iter().map(String::as_str)
     }
 
     /// The route table every layer reads.
