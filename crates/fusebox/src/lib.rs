@@ -46,7 +46,7 @@
 //! use fusebox::{CircuitBreakerConfig, Policy};
 //!
 //! let policy = Policy::builder("payments")
-//!     .circuit_breaker(CircuitBreakerConfig::builder().name("payments").minimum_calls(50))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().minimum_calls(50))
 //!     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0").scope(Scope::dep("payments")))
 //!     .build()?;
 //! assert!(policy.breaker_store().redis().is_some());
