@@ -40,7 +40,7 @@ async fn one_failing_host_opens_only_its_own_breaker() {
         .timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
 
     for _ in 0..4 {
         let r = client
@@ -105,7 +105,7 @@ async fn a_429_opens_the_breaker_of_the_route_that_counts_it_only() {
         .breaker_key(KeyBy::Route)
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
 
     let mut partner_rejected = 0;
     let mut tenant_rejected = 0;
@@ -166,7 +166,7 @@ async fn a_timeout_inside_the_breaker_is_counted() {
         .circuit_breaker(breaker("slow"))
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     for _ in 0..4 {
         let err = client
             .clone()
@@ -200,7 +200,7 @@ async fn a_breaker_rejection_is_not_retried() {
         .build()
         .unwrap();
     policy.breaker_handle().unwrap().force_open();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let err = client.oneshot(get(&server.url("/"))).await.unwrap_err();
     assert!(err.is::<CircuitOpen>());
     assert_eq!(server.received(), 0);
@@ -233,7 +233,7 @@ async fn a_retry_spends_the_budget_and_is_judged_by_the_breaker() {
         )
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let response = client.oneshot(get(&server.url("/"))).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(server.received(), 2);
@@ -270,7 +270,7 @@ async fn the_limit_ramps_up_after_the_breaker_closes() {
         .recovery_ramp(fusebox::RecoveryRamp::new(2, Duration::from_secs(10)))
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let limit = policy.limit_handle().unwrap();
 
     // Four 503s open the breaker; after the open wait one probe succeeds and closes it.
