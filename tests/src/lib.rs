@@ -340,3 +340,11 @@ pub async fn closed_port() -> SocketAddr {
         .expect("bind 127.0.0.1:0");
     listener.local_addr().expect("bound address")
 }
+
+// Every Rust snippet of the repository's README runs as a doctest of this crate: it depends
+// on the facade with every feature, as a reader's project would with the features a snippet
+// names. (The facade's own crate page is its rustdoc, so the README is not included there;
+// `.ci/package` also runs these snippets against the packaged crates.)
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

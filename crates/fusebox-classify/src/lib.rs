@@ -86,3 +86,8 @@ pub use crate::route::{CallMeta, Route, RouteId, RouteTable, RouteTableBuilder};
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
 pub use crate::tower_http::TowerHttpClassifier;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -226,3 +226,8 @@ pub use crate::config::{
     is_valid_scope_part,
 };
 pub use crate::store::RedisStore;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -133,3 +133,8 @@ pub use crate::config::{MAX_ATTEMPTS, RetryConfig, RetryConfigBuilder};
 pub use crate::layer::RetryBudgetLayer;
 pub use crate::replay::ReplayBody;
 pub use crate::service::Retry;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
