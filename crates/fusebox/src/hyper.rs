@@ -7,9 +7,9 @@
 //! front of one — or for another body type ([`client_with_body`], [`wrap_with_body`]).
 //!
 //! With the feature `hyper-rustls`, the same for HTTPS (and plain `http://` URLs) through
-//! rustls on the `ring` provider: [`https_client`] and [`wrap_https`] trust the platform's
-//! root certificates; [`https_client_with_tls`] takes a `rustls::ClientConfig` of your own,
-//! such as [`tls_config`] makes from a root store (a private CA, a test certificate).
+//! rustls on the `ring` provider: `https_client` and `wrap_https` trust the platform's root
+//! certificates; `https_client_with_tls` takes a `rustls::ClientConfig` of your own, such as
+//! `tls_config` makes from a root store (a private CA, a test certificate).
 //!
 //! For a client per dependency host, key the breaker by host
 //! ([`KeyBy::Host`](crate::KeyBy::Host)) or by host and port
