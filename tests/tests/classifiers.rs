@@ -2,35 +2,20 @@
 //! feature `tower-http`) drive a Policy's breaker like fusebox's own, against a real server
 //! on 127.0.0.1. Paused time.
 
-use bytes::Bytes;
 use fusebox::breaker::State;
 use fusebox::classify::{Call, Classified, TowerHttpClassifier, classify_fn};
 use fusebox::error::CircuitOpen;
-use fusebox::{CircuitBreakerConfig, Classifier, Policy, Route, RouteTable, Verdict};
-use fusebox_tests::{Reply, TestServer};
-use http::{HeaderMap, Request, StatusCode};
-use http_body_util::Full;
-use std::time::Duration;
+use fusebox::{Classifier, Policy, Route, RouteTable, Verdict};
+use fusebox_tests::{Reply, TestServer, four_call_breaker, get};
+use http::{HeaderMap, StatusCode};
 use tower::ServiceExt;
 use tower_http::classify::{GrpcErrorsAsFailures, ServerErrorsAsFailures};
-
-fn get(url: &str) -> Request<Full<Bytes>> {
-    Request::get(url)
-        .body(Full::new(Bytes::new()))
-        .expect("a valid request")
-}
 
 /// A policy whose breaker opens after 4 calls at 50 % failures, classifying with `classifier`.
 fn policy<C: Classifier>(classifier: C) -> Policy<C> {
     Policy::builder("partner")
         .routes(RouteTable::single(Route::new(classifier)))
-        .circuit_breaker(
-            CircuitBreakerConfig::builder("partner")
-                .count_window(4)
-                .minimum_calls(4)
-                .failure_rate_threshold(50)
-                .open_wait(Duration::from_secs(60)),
-        )
+        .circuit_breaker(four_call_breaker("partner"))
         .build()
         .expect("a valid policy")
 }

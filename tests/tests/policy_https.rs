@@ -4,8 +4,9 @@
 //! that does not trust the certificate never gets an answer. No network.
 
 use bytes::Bytes;
+use fusebox::Policy;
 use fusebox::error::CircuitOpen;
-use fusebox::{CircuitBreakerConfig, Policy};
+use fusebox_tests::{four_call_breaker, get};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -16,7 +17,6 @@ use std::error::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::{Layer, ServiceExt};
@@ -98,21 +98,9 @@ impl TlsServer {
     }
 }
 
-fn get(url: &str) -> Request<Full<Bytes>> {
-    Request::get(url)
-        .body(Full::new(Bytes::new()))
-        .expect("a valid request")
-}
-
 fn policy() -> Policy {
     Policy::builder("secure-partner")
-        .circuit_breaker(
-            CircuitBreakerConfig::builder("secure-partner")
-                .count_window(4)
-                .minimum_calls(4)
-                .failure_rate_threshold(50)
-                .open_wait(Duration::from_secs(60)),
-        )
+        .circuit_breaker(four_call_breaker("secure-partner"))
         .build()
         .expect("a valid policy")
 }

@@ -4,10 +4,8 @@
 use bytes::Bytes;
 use fusebox::error::{CircuitOpen, Elapsed};
 use fusebox::policy::BreakerKey;
-use fusebox::{
-    CircuitBreakerConfig, KeyBy, Policy, RetryConfig, Route, RouteTable, StandardClassifier,
-};
-use fusebox_tests::{Reply, RequestSeen, TestServer};
+use fusebox::{KeyBy, Policy, RetryConfig, Route, RouteTable, StandardClassifier};
+use fusebox_tests::{Reply, RequestSeen, TestServer, four_call_breaker as breaker};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use std::sync::Arc;
@@ -18,16 +16,6 @@ fn get(url: &str) -> Request<Full<Bytes>> {
     Request::get(url)
         .body(Full::new(Bytes::new()))
         .expect("a valid request")
-}
-
-/// A breaker that opens after 4 calls at 50 % failures and stays open for a minute.
-fn breaker(name: &str) -> fusebox::breaker::CircuitBreakerConfigBuilder {
-    CircuitBreakerConfig::builder(name)
-        .count_window(4)
-        .minimum_calls(4)
-        .failure_rate_threshold(50)
-        .open_wait(Duration::from_secs(60))
-        .open_wait_jitter(Duration::ZERO)
 }
 
 #[tokio::test(start_paused = true)]
