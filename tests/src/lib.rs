@@ -352,10 +352,11 @@ pub async fn closed_port() -> SocketAddr {
     listener.local_addr().expect("bound address")
 }
 
-// Every Rust snippet of the repository's README runs as a doctest of this crate: it depends
-// on the facade with every feature, as a reader's project would with the features a snippet
-// names. (The facade's own crate page is its rustdoc, so the README is not included there;
-// `.ci/package` also runs these snippets against the packaged crates.)
+// Every Rust snippet of the repository's README runs as a doctest of this crate, which
+// depends on the facade with every feature. Not in the facade itself: its rustdoc (the
+// docs.rs page) keeps an introduction of its own, and the README, which is the facade's
+// crates.io page, would have to be included from outside its package. `.ci/package` runs
+// the same snippets against the packaged crates.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
