@@ -77,7 +77,7 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let keys = policy
         .keyed_breaker_handle()
         .expect("the policy is keyed by authority");

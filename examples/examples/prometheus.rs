@@ -64,7 +64,7 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     for i in 0..200u32 {
         tick.tick().await;

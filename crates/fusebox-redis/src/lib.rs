@@ -235,3 +235,8 @@ pub use crate::config::{
 #[cfg(feature = "serde")]
 pub use crate::section::RedisStoreSection;
 pub use crate::store::RedisStore;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
