@@ -60,6 +60,18 @@ fn layer_with_body_timeout() -> TimeoutLayer {
         .expect("the layer builds")
 }
 
+/// A table of 21 routes (a service's whole API).
+fn wide_routes() -> RouteTable {
+    let mut table = RouteTable::builder(Route::default());
+    for i in 0..20 {
+        table = table.route(
+            format!("GET /api/v1/resource{i}/{{id}}"),
+            Route::default().timeout(Duration::from_millis(100 + i)),
+        );
+    }
+    table.build().expect("a valid table")
+}
+
 /// Requests for every kind of route (matched with a parameter, matched by prefix, and
 /// unmatched), built before counting: building a request with a URI allocates.
 fn requests(n: usize) -> Vec<Request<()>> {
@@ -111,6 +123,38 @@ fn healthy_calls_without_a_deadline_allocate_nothing() {
     });
     let service = bounded.body_layer().layer(bounded.layer(ready));
     assert_no_allocations(service, "timeout and body timeout");
+
+    // Building the layer over a table of 21 routes makes one set of per-thread leases on
+    // the routes' names, and layering is free: every service the layer builds shares them.
+    let routes = wide_routes();
+    let config = TimeoutConfig::builder()
+        .default_timeout(Duration::from_millis(250))
+        .build()
+        .expect("a valid config");
+    let region = Region::new(GLOBAL);
+    let wide = TimeoutLayer::builder(config)
+        .routes(routes)
+        .build()
+        .expect("the layer builds");
+    let built = region.change().allocations;
+    let leases = fusebox_classify::shard::shard_count();
+    // The leases and four more for the names (a list, its leases' list, their `Arc`s), and
+    // the default table the builder starts from: nothing per route.
+    assert!(
+        built <= leases + 8,
+        "building the layer over 21 routes allocated {built} times ({leases} leases)"
+    );
+    let mut services = Vec::with_capacity(16);
+    let region = Region::new(GLOBAL);
+    for _ in 0..8 {
+        let inner = tower::service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        services.push(wide.body_layer().layer(wide.layer(inner)));
+    }
+    let layered = region.change().allocations;
+    black_box(services);
+    assert_eq!(layered, 0, "layering 8 services allocated {layered} times");
 
     // The counter really counts: a call that carries a deadline formats headers.
     // (One test function: the counter is global, and tests in one binary run in parallel.)

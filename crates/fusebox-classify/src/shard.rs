@@ -21,8 +21,8 @@
 use std::cell::Cell;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// A small number for this thread, handed out in the order threads first ask: consecutive
 /// threads (a runtime's workers) get consecutive numbers, so that taking it modulo a power
@@ -46,9 +46,15 @@ pub fn thread_slot() -> usize {
 /// How many shards per-thread state gets: twice the threads that can run at once (so that
 /// threads a runtime starts one after another rarely share one), a power of two, at least
 /// 8 and at most 64.
+///
+/// Asked of the operating system once per process: `available_parallelism` reads the
+/// process's CPU quota (cgroup files on Linux), which allocates and takes system calls.
 pub fn shard_count() -> usize {
-    let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
-    (parallelism * 2).next_power_of_two().clamp(8, 64)
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
+        (parallelism * 2).next_power_of_two().clamp(8, 64)
+    })
 }
 
 /// One lease on a shared value: dereferences to it. Aligned so that two leases' reference

@@ -2,10 +2,10 @@
 //! [`BodyFuture`] of [`BodyTimeout`](crate::BodyTimeout).
 
 use crate::body::TimeoutBody;
+use crate::service::RouteName;
 use crate::telemetry::{self, Phase};
 use fusebox_classify::BoxError;
 use fusebox_classify::error::{DeadlineExceeded, Elapsed};
-use fusebox_classify::shard::Lease;
 use http::Response;
 use pin_project::pin_project;
 use std::future::Future;
@@ -40,14 +40,14 @@ pub struct ResponseFuture<F> {
 #[derive(Debug)]
 pub struct Bound {
     at: Instant,
-    route: Arc<Lease<str>>,
+    route: RouteName,
     limit: Duration,
 }
 
 impl Bound {
     /// `timeout` from now; a timeout too long to add fires never (in practice).
     #[inline]
-    pub(crate) fn after(route: Arc<Lease<str>>, timeout: Duration) -> Self {
+    pub(crate) fn after(route: RouteName, timeout: Duration) -> Self {
         let now = Instant::now();
         Bound {
             at: now
@@ -59,7 +59,7 @@ impl Bound {
     }
 
     /// Until `at`, `limit` from now (a caller's deadline).
-    pub(crate) fn until(route: Arc<Lease<str>>, at: Instant, limit: Duration) -> Self {
+    pub(crate) fn until(route: RouteName, at: Instant, limit: Duration) -> Self {
         Bound { at, route, limit }
     }
 
@@ -111,7 +111,7 @@ impl Timer {
         if let Some(sleep) = sleep.as_pin_mut() {
             ready!(sleep.poll(cx));
         }
-        let route = bound.route.shared();
+        let route = bound.route.get();
         telemetry::elapsed(route, bound.limit, Phase::Headers);
         Poll::Ready(Box::new(Elapsed::new(Arc::clone(route), bound.limit)))
     }
@@ -129,7 +129,7 @@ impl<F> ResponseFuture<F> {
     }
 
     /// A call refused because its deadline, `deadline`, had passed.
-    pub(crate) fn expired(route: Arc<Lease<str>>, deadline: Instant) -> Self {
+    pub(crate) fn expired(route: RouteName, deadline: Instant) -> Self {
         ResponseFuture {
             inner: None,
             timer: Timer::new(),
@@ -167,7 +167,7 @@ where
 pub struct BodyFuture<F> {
     #[pin]
     inner: F,
-    route: Arc<Lease<str>>,
+    route: RouteName,
     timeout: Option<Duration>,
     deadline: Option<Instant>,
 }
@@ -176,7 +176,7 @@ impl<F> BodyFuture<F> {
     #[inline]
     pub(crate) fn new(
         inner: F,
-        route: Arc<Lease<str>>,
+        route: RouteName,
         timeout: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Self {
@@ -207,7 +207,7 @@ where
         };
         let limit = until.saturating_duration_since(now);
         let sleep = tokio::time::sleep_until(until);
-        let route = Arc::clone(this.route.shared());
+        let route = Arc::clone(this.route.get());
         Poll::Ready(Ok(
             response.map(|body| TimeoutBody::with_timer(body, sleep, route, limit))
         ))

@@ -2,7 +2,7 @@
 //! server's incoming requests.
 
 use crate::config::{DeadlineConfig, TimeoutConfig};
-use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
+use crate::service::{BodyTimeout, IncomingDeadline, RouteNames, Timeout};
 use fusebox_classify::{Classifier, ConfigError, RouteTable, StandardClassifier};
 use tower_layer::Layer;
 
@@ -16,6 +16,8 @@ use tower_layer::Layer;
 #[derive(Debug, Clone)]
 pub struct TimeoutLayer<C = StandardClassifier> {
     routes: RouteTable<C>,
+    /// The routes' names, made once for every service the layer builds.
+    names: RouteNames,
     config: TimeoutConfig,
 }
 
@@ -23,8 +25,10 @@ impl TimeoutLayer {
     /// A layer with `config` and the default route table (one route, no timeout of its
     /// own: every call gets [`TimeoutConfig::default_timeout`]).
     pub fn new(config: TimeoutConfig) -> Self {
+        let routes = RouteTable::default();
         TimeoutLayer {
-            routes: RouteTable::default(),
+            names: RouteNames::new(&routes),
+            routes,
             config,
         }
     }
@@ -58,6 +62,7 @@ impl<C: Classifier> TimeoutLayerBuilder<C> {
     /// when they were built); the `Result` is the shape every fusebox layer's builder has.
     pub fn build(self) -> Result<TimeoutLayer<C>, ConfigError> {
         Ok(TimeoutLayer {
+            names: RouteNames::new(&self.routes),
             routes: self.routes,
             config: self.config,
         })
@@ -80,6 +85,7 @@ impl<C: Classifier> TimeoutLayer<C> {
     pub fn body_layer(&self) -> BodyTimeoutLayer<C> {
         BodyTimeoutLayer {
             routes: self.routes.clone(),
+            names: self.names.clone(),
             timeout: self.config.body_timeout(),
         }
     }
@@ -89,7 +95,12 @@ impl<S, C: Classifier> Layer<S> for TimeoutLayer<C> {
     type Service = Timeout<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Timeout::new(inner, self.routes.clone(), self.config.clone())
+        Timeout::with_names(
+            inner,
+            self.names.clone(),
+            self.routes.clone(),
+            self.config.clone(),
+        )
     }
 }
 
@@ -107,6 +118,8 @@ impl<S, C: Classifier> Layer<S> for TimeoutLayer<C> {
 #[derive(Debug, Clone)]
 pub struct BodyTimeoutLayer<C = StandardClassifier> {
     routes: RouteTable<C>,
+    /// The routes' names, made once for every service the layer builds.
+    names: RouteNames,
     timeout: Option<std::time::Duration>,
 }
 
@@ -115,8 +128,10 @@ impl BodyTimeoutLayer {
     /// (none: bodies are bounded only by callers' deadlines), with the default route table;
     /// [`TimeoutLayer::body_layer`] gives one with the timeout layer's table.
     pub fn new(config: &TimeoutConfig) -> Self {
+        let routes = RouteTable::default();
         BodyTimeoutLayer {
-            routes: RouteTable::default(),
+            names: RouteNames::new(&routes),
+            routes,
             timeout: config.body_timeout(),
         }
     }
@@ -133,7 +148,7 @@ impl<S, C: Classifier> Layer<S> for BodyTimeoutLayer<C> {
     type Service = BodyTimeout<S, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        BodyTimeout::new(inner, self.routes.clone(), self.timeout)
+        BodyTimeout::with_names(inner, self.names.clone(), self.routes.clone(), self.timeout)
     }
 }
 

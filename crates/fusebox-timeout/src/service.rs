@@ -16,38 +16,68 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tower_service::Service;
 
-/// The names of a table's routes, each leased per thread: every call's future holds its
-/// route's name (for the [`Elapsed`](crate::error::Elapsed) error and the metrics of a
-/// timeout), and one shared `Arc<str>` per route would make every thread calling that
-/// route write to one cache line twice per call ([`fusebox_classify::shard`]).
+/// The names of a table's routes, leased per thread: every call's future holds its route's
+/// name (for the [`Elapsed`](crate::error::Elapsed) error and the metrics of a timeout),
+/// and one shared `Arc` would make every thread calling the dependency write to one cache
+/// line twice per call ([`fusebox_classify::shard`]). One set of leases covers the whole
+/// table, and a layer makes it once: the services it builds share it.
 #[derive(Clone)]
-pub(crate) struct RouteNames(Arc<[Leases<str>]>);
+pub(crate) struct RouteNames(Arc<Leases<[Arc<str>]>>);
 
 impl RouteNames {
     pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>) -> Self {
-        RouteNames(
-            routes
-                .iter()
-                .map(|(id, _, _)| Leases::new(routes.shared_name(id)))
-                .collect(),
-        )
+        let mut names: Vec<Arc<str>> = routes
+            .iter()
+            .map(|(id, _, _)| routes.shared_name(id))
+            .collect();
+        if names.is_empty() {
+            // A table always has its default route; an empty name all the same.
+            names.push(Arc::from(""));
+        }
+        RouteNames(Arc::new(Leases::new(Arc::from(names))))
     }
 
     /// The name of route `id` (the default route's for an id of another table), leased
     /// for this thread.
     #[inline]
-    pub(crate) fn lease(&self, id: RouteId) -> Arc<Lease<str>> {
-        match self.0.get(id.index()).or_else(|| self.0.first()) {
-            Some(names) => names.lease(),
-            // A table always has its default route; an empty name all the same.
-            None => Leases::<str>::new(Arc::from("")).lease(),
+    pub(crate) fn lease(&self, id: RouteId) -> RouteName {
+        let index = if id.index() < self.0.shared().len() {
+            id.index()
+        } else {
+            0
+        };
+        RouteName {
+            names: self.0.lease(),
+            index,
         }
     }
 }
 
 impl std::fmt::Debug for RouteNames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.iter().map(|n| &**n)).finish()
+        f.debug_list().entries(self.0.shared().iter()).finish()
+    }
+}
+
+/// One call's route name: this thread's lease on the table's names, and the route's place
+/// among them.
+pub(crate) struct RouteName {
+    names: Arc<Lease<[Arc<str>]>>,
+    index: usize,
+}
+
+impl RouteName {
+    /// The name.
+    #[inline]
+    pub(crate) fn get(&self) -> &Arc<str> {
+        // `index` was checked against the table's names when the lease was taken.
+        &self.names[self.index]
+    }
+}
+
+impl std::fmt::Debug for RouteName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RouteName").field(&&**self.get()).finish()
     }
 }
 
@@ -69,9 +99,19 @@ pub struct Timeout<S, C> {
 impl<S, C: Classifier> Timeout<S, C> {
     /// Wraps `inner`.
     pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
+        Timeout::with_names(inner, RouteNames::new(&routes), routes, config)
+    }
+
+    /// Wraps `inner`, with the names the layer made of `routes`.
+    pub(crate) fn with_names(
+        inner: S,
+        names: RouteNames,
+        routes: RouteTable<C>,
+        config: TimeoutConfig,
+    ) -> Self {
         Timeout {
             inner,
-            names: RouteNames::new(&routes),
+            names,
             routes,
             config,
         }
@@ -141,7 +181,7 @@ where
 /// A call whose deadline had passed before it was made.
 #[derive(Debug)]
 pub struct Expired {
-    route: Arc<Lease<str>>,
+    route: RouteName,
     deadline: Instant,
 }
 
@@ -211,7 +251,7 @@ impl<S, C: Classifier> Timeout<S, C> {
         let now = Instant::now();
         match budget::budget(now, deadline.instant(), route_timeout) {
             Budget::Expired => {
-                telemetry::deadline_exceeded(Arc::clone(route.shared()));
+                telemetry::deadline_exceeded(Arc::clone(route.get()));
                 Err(Expired {
                     route,
                     deadline: deadline.instant(),
@@ -247,9 +287,19 @@ impl<S, C: Classifier> BodyTimeout<S, C> {
     /// Wraps `inner`; bodies may take `timeout` (or forever, with `None`, unless the
     /// request carries a deadline).
     pub fn new(inner: S, routes: RouteTable<C>, timeout: Option<Duration>) -> Self {
+        BodyTimeout::with_names(inner, RouteNames::new(&routes), routes, timeout)
+    }
+
+    /// Wraps `inner`, with the names the layer made of `routes`.
+    pub(crate) fn with_names(
+        inner: S,
+        names: RouteNames,
+        routes: RouteTable<C>,
+        timeout: Option<Duration>,
+    ) -> Self {
         BodyTimeout {
             inner,
-            names: RouteNames::new(&routes),
+            names,
             routes,
             timeout,
         }
