@@ -561,6 +561,30 @@ impl Section for RouteSection {
     }
 }
 
+impl RouteSection {
+    /// Every setting `route` has, set itself or taken from its table's default route (see
+    /// [`Route::inherited`]): the section that builds a route judging calls as `route`
+    /// does. A key it leaves out is at its built-in default. ([`Section::of`] writes only
+    /// what a named route sets itself, which is what reads back into the same table.)
+    pub fn effective(route: &Route<StandardClassifier>) -> RouteSection {
+        let inherited = route.inherited();
+        let mut section = RouteSection::of(route);
+        if inherited.timeout {
+            section.timeout = Some(route.timeout_duration());
+        }
+        if inherited.slow_call_duration {
+            section.slow_call_duration = Some(route.slow_call_threshold());
+        }
+        if inherited.retry {
+            section.retry = Some(route.retry_enabled());
+        }
+        if inherited.idempotent {
+            section.idempotent = route.idempotent_override();
+        }
+        section
+    }
+}
+
 /// A count a file writes as a whole number of at most `u32::MAX` (so that a file means the
 /// same on every platform), as the builders take it.
 pub fn count(n: u32) -> usize {
@@ -570,4 +594,71 @@ pub fn count(n: u32) -> usize {
 /// A builder's count as a file writes it (at most `u32::MAX`).
 pub fn count_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::RouteTable;
+    use http::Method;
+
+    #[test]
+    fn a_named_routes_effective_section_holds_what_it_inherited() {
+        let ms = Duration::from_millis;
+        let default = RouteSection {
+            slow_call_duration: Some(Some(ms(250))),
+            timeout: Some(Some(ms(800))),
+            retry: Some(false),
+            idempotent: Some(true),
+            count_throttling: Some(true),
+            ..RouteSection::default()
+        };
+        let own = RouteSection {
+            timeout: Some(Some(ms(1000))),
+            failure_statuses: Some(vec![409]),
+            ..RouteSection::default()
+        };
+        let table = RouteTable::builder(default.build().unwrap())
+            .route("GET /a", own.build().unwrap())
+            .build()
+            .unwrap();
+        let a = table.route(table.resolve_path(&Method::GET, "/a"));
+        let effective = RouteSection::effective(a);
+        assert_eq!(
+            effective,
+            RouteSection {
+                slow_call_duration: Some(Some(ms(250))),
+                timeout: Some(Some(ms(1000))),
+                retry: Some(false),
+                idempotent: Some(true),
+                count_throttling: Some(true),
+                failure_statuses: Some(vec![409]),
+                ..RouteSection::default()
+            }
+        );
+        // What it writes back leaves the inherited scalars to the default route.
+        let written = RouteSection::of(a);
+        assert_eq!(
+            (
+                written.slow_call_duration,
+                written.retry,
+                written.idempotent
+            ),
+            (None, None, None)
+        );
+        // The effective section alone builds a route that judges as the named one does.
+        let alone = effective.build().unwrap();
+        assert_eq!(alone.slow_call_threshold(), a.slow_call_threshold());
+        assert_eq!(alone.timeout_duration(), a.timeout_duration());
+        assert_eq!(alone.retry_enabled(), a.retry_enabled());
+        assert_eq!(alone.idempotent_override(), a.idempotent_override());
+        for code in [200, 409, 429, 503] {
+            let status = http::StatusCode::from_u16(code).unwrap();
+            assert_eq!(
+                alone.classifier().http_rules().outcome(status),
+                a.classifier().http_rules().outcome(status),
+                "{code}"
+            );
+        }
+    }
 }

@@ -118,6 +118,15 @@
 //! listeners, a custom breaker key) before building. Building a policy whose routes ask for
 //! a fallback without giving one is an error.
 //!
+//! # What a policy ends up with
+//!
+//! [`PolicyFile::explain`] lists a policy's routes with their effective settings and where
+//! each comes from (the route, the defaults' route, the default route, the defaults'
+//! default route, or the built-in default). A built policy writes back as a file
+//! ([`PolicyFileSection`]: every setting written out) that reads back into the same
+//! policy; written as JSON, it is read as YAML (`.json` files load through the YAML
+//! reader).
+//!
 //! # Example
 //!
 //! ```
@@ -152,10 +161,12 @@
 //! ```
 
 pub mod check;
+mod explain;
 mod node;
 mod read;
 mod write;
 
+pub use self::explain::{Origin, RouteExplanation};
 pub use self::write::{PolicyFileSection, PolicySection};
 
 use self::check::{join, unknown_key_among};
@@ -164,7 +175,9 @@ use self::read::load;
 use crate::policy::{BreakerStore, Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
 use fusebox_breaker::{BreakerEvent, CircuitBreakerSection};
 use fusebox_classify::section::{RouteSection, Section, count, duration};
-use fusebox_classify::{ConfigError, Problem, Route, RouteTable, Validator};
+use fusebox_classify::{
+    ConfigError, Problem, Route, RouteTable, RouteTableBuilder, StandardClassifier, Validator,
+};
 use fusebox_limit::LimitSection;
 use fusebox_retry::RetrySection;
 use fusebox_timeout::TimeoutSection;
@@ -205,7 +218,7 @@ impl PolicyFile {
     }
 
     /// Reads and checks a policy file, TOML or YAML by its extension (`.toml`, `.yaml`,
-    /// `.yml`).
+    /// `.yml`; `.json` is read as the YAML it is).
     pub fn load(path: impl AsRef<Path>) -> Result<PolicyFile, ConfigError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
@@ -215,8 +228,9 @@ impl PolicyFile {
         let parsed = match ext {
             #[cfg(feature = "toml")]
             "toml" => PolicyFile::from_toml(&text),
+            // JSON is YAML: a file written as JSON (`fusebox check --json`) reads as one.
             #[cfg(feature = "yaml")]
-            "yaml" | "yml" => PolicyFile::from_yaml(&text),
+            "yaml" | "yml" | "json" => PolicyFile::from_yaml(&text),
             other => Err(ConfigError::new(
                 "file",
                 format!(
@@ -363,11 +377,11 @@ impl PolicyFile {
 }
 
 #[cfg(all(feature = "toml", feature = "yaml"))]
-const SUPPORTED: &[&str] = &["toml", "yaml", "yml"];
+const SUPPORTED: &[&str] = &["toml", "yaml", "yml", "json"];
 #[cfg(all(feature = "toml", not(feature = "yaml")))]
 const SUPPORTED: &[&str] = &["toml"];
 #[cfg(all(feature = "yaml", not(feature = "toml")))]
-const SUPPORTED: &[&str] = &["yaml", "yml"];
+const SUPPORTED: &[&str] = &["yaml", "yml", "json"];
 #[cfg(not(any(feature = "toml", feature = "yaml")))]
 const SUPPORTED: &[&str] = &[];
 
@@ -778,8 +792,8 @@ impl Level {
     }
 }
 
-/// The builder a merged policy describes.
-fn describe(name: &str, level: &Level) -> PolicyBuilder {
+/// The route table a merged policy describes, and the routes that ask for the fallback.
+fn route_table(level: &Level) -> (RouteTableBuilder<StandardClassifier>, Vec<String>) {
     let default = level
         .default_route
         .as_ref()
@@ -796,6 +810,12 @@ fn describe(name: &str, level: &Level) -> PolicyBuilder {
         }
         table = table.route(key.as_str(), route.route());
     }
+    (table, fallback)
+}
+
+/// The builder a merged policy describes.
+fn describe(name: &str, level: &Level) -> PolicyBuilder {
+    let (table, fallback) = route_table(level);
     let mut b = Policy::builder(name).routes(table);
     for route in fallback {
         b = b.fallback_route(route);
