@@ -60,6 +60,68 @@ pub trait Section: Serialize + DeserializeOwned + Default + Clone + PartialEq + 
     /// `self` over `base`: every key `self` does not set is taken from `base`, following
     /// [`REPLACE`](Section::REPLACE) and [`CHOICES`](Section::CHOICES).
     fn over(self, base: &Self) -> Self;
+
+    /// Every key of the section, in declaration order: the list serde derives from the
+    /// type's fields (see [`keys_of`]).
+    fn keys() -> &'static [&'static str] {
+        keys_of::<Self>()
+    }
+}
+
+/// The keys a struct declares to serde: the field list its derived `Deserialize` hands to
+/// `deserialize_struct`, that is the type's own list, not a copy; empty for a type that is
+/// not a struct of named fields (or that flattens another into it).
+pub fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{self, Visitor};
+
+    /// Stops the read as soon as the keys are known.
+    #[derive(Debug)]
+    struct Stop;
+
+    impl fmt::Display for Stop {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("only the keys are read")
+        }
+    }
+
+    impl std::error::Error for Stop {}
+
+    impl de::Error for Stop {
+        fn custom<M: fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+
+    /// Records the fields a struct asks for.
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> de::Deserializer<'de> for Fields<'_> {
+        type Error = Stop;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            *self.0 = fields;
+            Err(Stop)
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    let mut keys: &'static [&'static str] = &[];
+    let _ = T::deserialize(Fields(&mut keys));
+    keys
 }
 
 /// Takes `base`'s value of every field `self` leaves unset: `Option::or` per field, for
@@ -601,6 +663,43 @@ mod tests {
     use super::*;
     use crate::route::RouteTable;
     use http::Method;
+
+    #[test]
+    fn a_sections_keys_are_its_fields() {
+        assert_eq!(
+            RouteSection::keys(),
+            [
+                "timeout",
+                "slow_call_duration",
+                "count_throttling",
+                "retry",
+                "idempotent",
+                "protocol",
+                "failure_statuses",
+                "success_statuses",
+                "ignored_statuses",
+            ]
+        );
+        assert!(keys_of::<u32>().is_empty());
+    }
+
+    #[test]
+    fn durations_read_and_write_as_files_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("750ms"), Ok(ms(750)));
+        assert_eq!(parse_duration(" 1m 30s "), Ok(Duration::from_secs(90)));
+        let bad = parse_duration("5 sex").unwrap_err();
+        assert!(bad.starts_with("must be a duration"), "{bad}");
+        for (d, text) in [
+            (ms(750), "750ms"),
+            (ms(1500), "1s 500ms"),
+            (Duration::from_secs(2), "2s"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text} reads back");
+        }
+    }
 
     #[test]
     fn a_named_routes_effective_section_holds_what_it_inherited() {
