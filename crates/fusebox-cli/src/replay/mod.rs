@@ -22,7 +22,7 @@
 pub mod calls;
 pub mod sweep;
 
-use crate::config::{BreakerOverrides, Policies, PolicySpec, fmt_duration};
+use crate::config::{BreakerOverrides, Policies, PolicySpec};
 use crate::input::InputError;
 use calls::{CallReader, ERROR_BASE, ERROR_KINDS, Format, GRPC_BASE, RESULT_CODES, TimeStyle};
 use fusebox_breaker::sim::{Recorded, Simulator};
@@ -31,6 +31,7 @@ use fusebox_breaker::{
     CircuitBreakerConfig, Reason, State, Transition, WindowConfig, WindowTotals,
 };
 use fusebox_classify::grpc::Code;
+use fusebox_classify::section::format_duration;
 use fusebox_classify::{Nanos, Outcome, RouteId};
 use serde::Serialize;
 use std::collections::{BinaryHeap, HashMap};
@@ -163,7 +164,7 @@ impl<'p> Resolver<'p> {
         let policies = self.policies;
         // A key exactly as a policy lists it.
         for (pi, p) in policies.policies.iter().enumerate() {
-            if let Some((id, _, _)) = p.routes.iter().skip(1).find(|(_, name, _)| *name == text) {
+            if let Some((id, _, _)) = p.routes().iter().skip(1).find(|(_, name, _)| *name == text) {
                 return Ok(self.class(pi, id));
             }
         }
@@ -176,7 +177,7 @@ impl<'p> Resolver<'p> {
             && path.starts_with('/')
         {
             for (pi, p) in policies.policies.iter().enumerate() {
-                let id = p.routes.resolve_path(&method, path);
+                let id = p.routes().resolve_path(&method, path);
                 if id != RouteId::DEFAULT {
                     return Ok(self.class(pi, id));
                 }
@@ -205,14 +206,14 @@ impl<'p> Resolver<'p> {
             return c;
         }
         let p = &self.policies.policies[policy];
-        let route = p.routes.route(id);
-        let (breaker, label) = if p.breaker.is_none() {
+        let route = p.routes().route(id);
+        let (breaker, label) = if p.breaker().is_none() {
             (None, p.name.clone())
         } else if p.breaker_per_route() {
             self.next_breaker += 1;
             (
                 Some(self.next_breaker - 1),
-                format!("{}/{}", p.name, p.routes.name(id)),
+                format!("{}/{}", p.name, p.routes().name(id)),
             )
         } else {
             let b = match self.breaker_of_policy[policy] {
@@ -896,16 +897,16 @@ fn describe_breaker(
 ) -> String {
     let window = match c.window() {
         WindowConfig::Count { size } => format!("last {size} calls"),
-        WindowConfig::Time { duration, .. } => format!("last {}", fmt_duration(duration)),
+        WindowConfig::Time { duration, .. } => format!("last {}", format_duration(duration)),
     };
     let slow = match slow_override {
-        Some(d) => fmt_duration(d),
+        Some(d) => format_duration(d),
         None => {
             let mut t: Vec<String> = p
-                .routes
+                .routes()
                 .iter()
                 .filter_map(|(_, _, r)| r.slow_call_threshold())
-                .map(fmt_duration)
+                .map(format_duration)
                 .collect();
             t.dedup();
             if t.is_empty() {
@@ -920,8 +921,8 @@ fn describe_breaker(
         c.minimum_calls(),
         c.failure_rate_threshold(),
         c.slow_call_rate_threshold(),
-        fmt_duration(c.open_wait()),
-        fmt_duration(c.open_wait_jitter()),
+        format_duration(c.open_wait()),
+        format_duration(c.open_wait_jitter()),
         c.permitted_probes()
     )
 }
@@ -972,7 +973,7 @@ pub fn render_report(r: &ReplayReport, max_events: usize) -> String {
         thousands(r.calls),
         format_time(r.start, r.time_style),
         format_time(r.end, r.time_style),
-        fmt_duration(Duration::from_millis(span.as_millis() as u64))
+        format_duration(Duration::from_millis(span.as_millis() as u64))
     );
     if r.unprotected > 0 {
         let _ = writeln!(
@@ -1002,9 +1003,9 @@ pub fn render_report(r: &ReplayReport, max_events: usize) -> String {
             st.openings,
             if st.openings == 1 { "" } else { "s" },
             st.flaps,
-            fmt_duration(Duration::from_millis(st.time_open / 1_000_000)),
+            format_duration(Duration::from_millis(st.time_open / 1_000_000)),
             pct(st.time_open, total),
-            fmt_duration(Duration::from_millis(st.time_half_open / 1_000_000)),
+            format_duration(Duration::from_millis(st.time_half_open / 1_000_000)),
         );
         if b.transitions.is_empty() {
             let _ = writeln!(s, "  never opened");
@@ -1043,9 +1044,17 @@ fn transition_line(t: &TransitionRecord, style: TimeStyle) -> String {
         t.slow_rate
     );
     if let Some(ms) = t.open_ms {
-        let _ = write!(line, "; open {}", fmt_duration(Duration::from_millis(ms)));
+        let _ = write!(
+            line,
+            "; open {}",
+            format_duration(Duration::from_millis(ms))
+        );
         if let Some(j) = t.jitter_ms {
-            let _ = write!(line, " (jitter {})", fmt_duration(Duration::from_millis(j)));
+            let _ = write!(
+                line,
+                " (jitter {})",
+                format_duration(Duration::from_millis(j))
+            );
         }
     }
     line

@@ -13,9 +13,10 @@
 
 use super::calls::{CallReader, Format, TimeStyle};
 use super::{Engine, ReplayOptions, Resolved, Resolver, format_time, thousands};
-use crate::config::{BreakerOverrides, Policies, fmt_duration, parse_duration};
+use crate::config::{BreakerOverrides, Policies};
 use crate::input::InputError;
 use fusebox_breaker::WindowConfig;
+use fusebox_classify::section::{format_duration, parse_duration};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -72,10 +73,10 @@ fn window_name(w: WindowConfig) -> String {
             duration,
             buckets: 10,
         } => {
-            format!("time:{}", fmt_duration(duration))
+            format!("time:{}", format_duration(duration))
         }
         WindowConfig::Time { duration, buckets } => {
-            format!("time:{}/{buckets}", fmt_duration(duration))
+            format!("time:{}/{buckets}", format_duration(duration))
         }
     }
 }
@@ -220,7 +221,7 @@ pub fn sweep(
         .policies
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.breaker.is_some())
+        .filter(|(_, p)| p.breaker().is_some())
         .map(|(i, _)| i)
         .collect();
     let index = match &options.policy {
@@ -232,7 +233,7 @@ pub fn sweep(
                 .ok_or_else(|| {
                     InputError::in_file(&policies.file, format!("no policy named {name:?}"))
                 })?;
-            if policies.policies[i].breaker.is_none() {
+            if policies.policies[i].breaker().is_none() {
                 return Err(InputError::in_file(
                     &policies.file,
                     format!("policy {name:?} has no [breaker] to sweep"),
@@ -401,7 +402,7 @@ fn run_point(
 ) -> SweepRow {
     let mut row = SweepRow {
         failure_rate: overrides.failure_rate_threshold.unwrap_or_default(),
-        slow_call_duration: slow.map(fmt_duration),
+        slow_call_duration: slow.map(format_duration),
         slow_rate: overrides.slow_call_rate_threshold.unwrap_or_default(),
         minimum_calls: overrides.minimum_calls.unwrap_or_default(),
         window: overrides.window.map(window_name).unwrap_or_default(),
@@ -498,7 +499,7 @@ pub fn render_sweep(r: &SweepReport) -> String {
             "incident {} .. {}: a setting is marked ✓ when it opened within {} of the start and never outside the incident",
             format_time(a, r.time_style),
             format_time(b, r.time_style),
-            fmt_duration(r.within)
+            format_duration(r.within)
         );
     }
     let _ = writeln!(s);
@@ -551,10 +552,10 @@ pub fn render_sweep(r: &SweepReport) -> String {
             );
             continue;
         }
-        let open = fmt_duration(Duration::from_millis(row.time_open / 1_000_000));
+        let open = format_duration(Duration::from_millis(row.time_open / 1_000_000));
         if incident {
             let detected = match row.detected_after {
-                Some(d) => format!("+{}", fmt_duration(Duration::from_millis(d / 1_000_000))),
+                Some(d) => format!("+{}", format_duration(Duration::from_millis(d / 1_000_000))),
                 None => "never".into(),
             };
             let _ = writeln!(

@@ -325,7 +325,9 @@ impl<'a> CallReader<'a> {
     fn backwards(&self, at: u64) -> InputError {
         let reason = format!(
             "timestamps go backwards: this call starts {} before the one above it; sort the file by timestamp",
-            crate::config::fmt_duration(std::time::Duration::from_nanos(self.last_at - at))
+            fusebox_classify::section::format_duration(std::time::Duration::from_nanos(
+                self.last_at - at
+            ))
         );
         match self.place_of(|c| c == Column::Timestamp) {
             Some(place) => self.error_at(place, reason),
