@@ -57,7 +57,9 @@ mod json;
 mod number;
 mod time;
 
-pub(crate) use codes::{ERROR_BASE, ERROR_KINDS, GRPC_BASE, RESULT_CODES, parse_result};
+#[cfg(test)]
+pub(crate) use codes::{ERROR_BASE, GRPC_BASE};
+pub(crate) use codes::{ERROR_KINDS, RESULT_CODES, judge_result, parse_result};
 use number::{latency_problem, parse_latency};
 pub use time::format_rfc3339;
 pub(crate) use time::{LATEST, TOO_LATE, parse_rfc3339, parse_seconds};
@@ -427,7 +429,7 @@ impl<'a> CallReader<'a> {
                 format!(
                     "bad status {:?}: expected an HTTP status (100-999), grpc:CODE, or one of: {}",
                     String::from_utf8_lossy(s),
-                    ERROR_KINDS.map(|k| k.0).join(", ")
+                    ERROR_KINDS.map(|(word, _)| word).join(", ")
                 ),
             )
         })
