@@ -30,7 +30,7 @@
 //! ```
 
 use crate::input::{InputError, SourceFile};
-use fusebox::config::{PolicyFile, RouteExplanation};
+use fusebox::config::{PolicyFile, RouteExplanation, Syntax};
 use fusebox::{KeyBy, Policy};
 use fusebox_breaker::{CircuitBreakerConfig, WindowConfig};
 use fusebox_classify::section::{RouteSection, Section, format_duration};
@@ -220,10 +220,10 @@ impl Policies {
     }
 }
 
-/// Whether `src` is read as YAML (by its name): `.yaml`, `.yml`, and `.json` (JSON is YAML).
+/// Whether `src` is read as YAML: by its name, as the facade's loader decides
+/// ([`Syntax::of_path`]); a name of no known extension is read as TOML.
 fn is_yaml(src: &SourceFile) -> bool {
-    let name = src.name().to_ascii_lowercase();
-    [".yaml", ".yml", ".json"].iter().any(|e| name.ends_with(e))
+    Syntax::of_path(src.name()) == Some(Syntax::Yaml)
 }
 
 /// Reads, validates and builds a policy file (TOML, or YAML by its extension), reporting
@@ -241,12 +241,9 @@ pub fn load_policy_file(src: &SourceFile) -> Result<Policies, Vec<InputError>> {
     } else {
         toml::from_str::<toml::Table>(src.text()).map_err(|e| vec![src.toml_error(&e)])?;
     }
-    let parsed = if yaml {
-        PolicyFile::from_yaml(src.text())
-    } else {
-        PolicyFile::from_toml(src.text())
-    };
-    let file = parsed.map_err(|e| locate_problems(src, &e, &[], &[]))?;
+    let syntax = if yaml { Syntax::Yaml } else { Syntax::Toml };
+    let file =
+        PolicyFile::parse(src.text(), syntax).map_err(|e| locate_problems(src, &e, &[], &[]))?;
     let mut policies = Vec::new();
     let mut errors = Vec::new();
     for name in file.policy_names() {

@@ -755,3 +755,30 @@ fn a_json_file_is_read_as_yaml() {
     let policy = loaded.unwrap().build("a").unwrap();
     assert_eq!(policy.breaker_config().map(|b| b.minimum_calls()), Some(5));
 }
+
+#[cfg(all(feature = "toml", feature = "yaml"))]
+#[test]
+fn the_syntax_is_the_extensions_in_any_case() {
+    let dir = std::env::temp_dir().join(format!("fusebox-syntax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        PolicyFile::load(&path)
+    };
+    let toml = file("a.TOML", "[policies.a.breaker]\nminimum_calls = 5\n");
+    let json = file("a.Json", r#"{"policies": {"a": {}}}"#);
+    let ini = file("a.ini", "[policies.a]\n");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(toml.is_ok(), "{toml:?}");
+    assert!(json.is_ok(), "{json:?}");
+    assert_eq!(
+        problems(&ini.unwrap_err()),
+        [format!(
+            "{}: has extension \"ini\": expected one of toml, yaml, yml, json",
+            dir.join("a.ini").display()
+        )]
+    );
+    assert_eq!(Syntax::of_path("x.yml"), Some(Syntax::Yaml));
+    assert_eq!(Syntax::of_path("x"), None);
+}
