@@ -627,7 +627,7 @@ fn main() {
             .service(bare.clone());
         (
             bare,
-            fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy()),
+            fusebox::hyper::wrap_with_body::<Empty<Bytes>, _>(&policy()),
             tower,
             floor,
         )

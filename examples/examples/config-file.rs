@@ -155,7 +155,7 @@ async fn drive(policy: Policy) -> ExitCode {
         }
     };
     println!("\nfraud-eu against a partner on {addr} that answers 429:");
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     for i in 1..=25 {
         let request = Request::post(format!("http://{addr}/score"))
             .body(Full::new(Bytes::from_static(b"{\"amount\":42}")))

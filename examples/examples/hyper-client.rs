@@ -60,7 +60,6 @@ async fn run() -> ExitCode {
         .concurrency_limit(32)
         .circuit_breaker(
             CircuitBreakerConfig::builder()
-                .name("partners")
                 .count_window(10)
                 .minimum_calls(5)
                 .failure_rate_threshold(50)
@@ -69,7 +68,7 @@ async fn run() -> ExitCode {
                 .permitted_probes(2),
         )
         .breaker_key(KeyBy::Authority)
-        .retry_budget(RetryConfig::builder().name("partners").retry_ratio(0.1))
+        .retry_budget(RetryConfig::builder().retry_ratio(0.1))
         .build();
     let policy = match policy {
         Ok(policy) => policy,
@@ -78,7 +77,7 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let keys = policy
         .keyed_breaker_handle()
         .expect("the policy is keyed by authority");

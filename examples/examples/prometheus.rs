@@ -64,7 +64,7 @@ async fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let mut tick = tokio::time::interval(Duration::from_millis(10));
     for i in 0..200u32 {
         tick.tick().await;
@@ -118,13 +118,12 @@ fn build_policy() -> Result<Policy, fusebox::ConfigError> {
         .concurrency_limit(16)
         .circuit_breaker(
             CircuitBreakerConfig::builder()
-                .name("payments")
                 .count_window(20)
                 .minimum_calls(10)
                 .failure_rate_threshold(40)
                 .open_wait(Duration::from_millis(300)),
         )
-        .retry_budget(RetryConfig::builder().name("payments").retry_ratio(0.2))
+        .retry_budget(RetryConfig::builder().retry_ratio(0.2))
         .fallback(
             Fallback::new(|_| Response::new(Bytes::from_static(b"{\"queued\":true}")))
                 .route("default"),

@@ -332,6 +332,18 @@ pub fn get(url: &str) -> Request<Full<Bytes>> {
         .expect("a valid URL")
 }
 
+/// A breaker that opens after 4 calls at 50 % failures (a count window of 4) and stays open
+/// for a minute, without jitter.
+pub fn four_call_breaker(name: &str) -> fusebox::breaker::CircuitBreakerConfigBuilder {
+    fusebox::CircuitBreakerConfig::builder()
+        .name(name)
+        .count_window(4)
+        .minimum_calls(4)
+        .failure_rate_threshold(50)
+        .open_wait(Duration::from_secs(60))
+        .open_wait_jitter(Duration::ZERO)
+}
+
 /// An address on 127.0.0.1 where nothing listens (a port bound and released at once), for
 /// drills of a dependency that refuses connections.
 pub async fn closed_port() -> SocketAddr {
@@ -340,3 +352,12 @@ pub async fn closed_port() -> SocketAddr {
         .expect("bind 127.0.0.1:0");
     listener.local_addr().expect("bound address")
 }
+
+// Every Rust snippet of the repository's README runs as a doctest of this crate, which
+// depends on the facade with every feature. Not in the facade itself: its rustdoc (the
+// docs.rs page) keeps an introduction of its own, and the README, which is the facade's
+// crates.io page, would have to be included from outside its package. `.ci/package` runs
+// the same snippets against the packaged crates.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -80,7 +80,11 @@ fn a_policy_around_a_client_allocates_nothing_of_its_own() {
             .retry_budget(RetryConfig::builder().name("hello"))
             .build()
             .expect("a valid policy");
-        let full = per_request(fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy), &uri).await;
+        let full = per_request(
+            fusebox::hyper::wrap_with_body::<Empty<Bytes>, _>(&policy),
+            &uri,
+        )
+        .await;
         assert_eq!(
             full, bare,
             "all four layers: allocations per request vs bare"
@@ -91,7 +95,11 @@ fn a_policy_around_a_client_allocates_nothing_of_its_own() {
             .breaker_key(KeyBy::Host)
             .build()
             .expect("a valid policy");
-        let keyed = per_request(fusebox::hyper::wrap::<Empty<Bytes>, _>(&policy), &uri).await;
+        let keyed = per_request(
+            fusebox::hyper::wrap_with_body::<Empty<Bytes>, _>(&policy),
+            &uri,
+        )
+        .await;
         assert_eq!(
             keyed, bare,
             "a breaker keyed by host: allocations per request vs bare"

@@ -47,7 +47,7 @@ fn get(url: &str) -> Request<Full<Bytes>> {
 /// defaults, `failure_rate_threshold = 25`).
 async fn scores_count_429s(policy: Policy) {
     let partner = TestServer::start(Reply::status(429)).await;
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let mut rejected = 0;
     for _ in 0..25 {
         match client.clone().oneshot(post(&partner.url("/score"))).await {
@@ -90,7 +90,7 @@ async fn the_yaml_policy_does_the_same() {
 #[tokio::test(start_paused = true)]
 async fn route_timeouts_from_the_file_bound_calls() {
     let slow = TestServer::start(Reply::slow(200, Duration::from_millis(400))).await;
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&fraud_eu(TOML));
+    let client = fusebox::hyper::wrap(&fraud_eu(TOML));
     let err = client
         .clone()
         .oneshot(post(&slow.url("/score")))

@@ -93,7 +93,7 @@ fn policy() -> Policy {
 async fn healthy_grpc_web_streams_are_successes() {
     let addr = serve().await;
     let policy = policy();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let handle = policy.breaker_handle().expect("a breaker");
     for round in 0..5 {
         for encoding in ["proto", "json", "bare", "text"] {
@@ -122,7 +122,7 @@ async fn unavailable_in_the_trailer_frame_opens_the_breaker() {
     for encoding in ["proto", "json", "text", "only"] {
         let addr = serve().await;
         let policy = policy();
-        let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+        let client = fusebox::hyper::wrap(&policy);
         let handle = policy.breaker_handle().expect("a breaker");
         for _ in 0..4 {
             let response = client

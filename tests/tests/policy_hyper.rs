@@ -4,10 +4,8 @@
 use bytes::Bytes;
 use fusebox::error::{CircuitOpen, Elapsed};
 use fusebox::policy::BreakerKey;
-use fusebox::{
-    CircuitBreakerConfig, KeyBy, Policy, RetryConfig, Route, RouteTable, StandardClassifier,
-};
-use fusebox_tests::{Reply, RequestSeen, TestServer};
+use fusebox::{KeyBy, Policy, RetryConfig, Route, RouteTable, StandardClassifier};
+use fusebox_tests::{Reply, RequestSeen, TestServer, four_call_breaker as breaker};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use std::sync::Arc;
@@ -20,17 +18,6 @@ fn get(url: &str) -> Request<Full<Bytes>> {
         .expect("a valid request")
 }
 
-/// A breaker that opens after 4 calls at 50 % failures and stays open for a minute.
-fn breaker(name: &str) -> fusebox::breaker::CircuitBreakerConfigBuilder {
-    CircuitBreakerConfig::builder()
-        .name(name)
-        .count_window(4)
-        .minimum_calls(4)
-        .failure_rate_threshold(50)
-        .open_wait(Duration::from_secs(60))
-        .open_wait_jitter(Duration::ZERO)
-}
-
 #[tokio::test(start_paused = true)]
 async fn one_failing_host_opens_only_its_own_breaker() {
     let healthy = TestServer::start(Reply::status(200)).await;
@@ -41,7 +28,7 @@ async fn one_failing_host_opens_only_its_own_breaker() {
         .timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
 
     for _ in 0..4 {
         let r = client
@@ -106,7 +93,7 @@ async fn a_429_opens_the_breaker_of_the_route_that_counts_it_only() {
         .breaker_key(KeyBy::Route)
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
 
     let mut partner_rejected = 0;
     let mut tenant_rejected = 0;
@@ -167,7 +154,7 @@ async fn a_timeout_inside_the_breaker_is_counted() {
         .circuit_breaker(breaker("slow"))
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     for _ in 0..4 {
         let err = client
             .clone()
@@ -201,7 +188,7 @@ async fn a_breaker_rejection_is_not_retried() {
         .build()
         .unwrap();
     policy.breaker_handle().unwrap().force_open();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let err = client.oneshot(get(&server.url("/"))).await.unwrap_err();
     assert!(err.is::<CircuitOpen>());
     assert_eq!(server.received(), 0);
@@ -234,7 +221,7 @@ async fn a_retry_spends_the_budget_and_is_judged_by_the_breaker() {
         )
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let response = client.oneshot(get(&server.url("/"))).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(server.received(), 2);
@@ -271,7 +258,7 @@ async fn the_limit_ramps_up_after_the_breaker_closes() {
         .recovery_ramp(fusebox::RecoveryRamp::new(2, Duration::from_secs(10)))
         .build()
         .unwrap();
-    let client = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client = fusebox::hyper::wrap(&policy);
     let limit = policy.limit_handle().unwrap();
 
     // Four 503s open the breaker; after the open wait one probe succeeds and closes it.

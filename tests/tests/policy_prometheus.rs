@@ -68,7 +68,7 @@ async fn every_layer_is_scraped_under_its_documented_name() {
         .fallback(Fallback::new(|_| http::Response::new(Bytes::from_static(b"later"))).all_routes())
         .build()
         .unwrap();
-    let client_svc = fusebox::hyper::wrap::<Full<Bytes>, _>(&policy);
+    let client_svc = fusebox::hyper::wrap(&policy);
 
     // A timeout, 503s (retried once each) until the breaker opens, then fallbacks.
     let slow = client_svc

@@ -113,3 +113,8 @@ pub use fusebox_classify::error::CircuitOpen;
 
 #[cfg(test)]
 mod tests;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

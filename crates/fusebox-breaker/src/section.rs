@@ -88,6 +88,7 @@ pub struct CircuitBreakerSection {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count_overloaded: Option<bool>,
     /// Seed of the jitter's random numbers.
+    /// (A TOML file holds whole numbers up to 2^63 - 1.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }

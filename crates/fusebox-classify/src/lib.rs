@@ -17,6 +17,10 @@
 //!   [`ClassifiedBody`] — for gRPC-Web too, whose status comes in a trailer frame at the
 //!   end of the body ([`grpc_web`]).
 //!
+//! A rule of your own is a closure away ([`classify_fn`]); a tower-http response classifier
+//! (`ServerErrorsAsFailures`, `GrpcErrorsAsFailures`, ...) serves as one through
+//! `TowerHttpClassifier` (feature `tower-http`).
+//!
 //! It also holds what every layer shares: fusebox's own [`error`] types (so each layer can
 //! recognise the others' rejections), the [`Clock`] that paused tokio time drives, and
 //! [`ConfigError`].
@@ -56,6 +60,7 @@ pub mod clock;
 pub mod config;
 pub mod deadline;
 pub mod error;
+pub mod fn_classifier;
 pub mod grpc;
 pub mod grpc_web;
 pub mod http;
@@ -65,6 +70,9 @@ pub mod route;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod section;
 pub mod shard;
+#[cfg(feature = "tower-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
+pub mod tower_http;
 
 pub use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
 pub use crate::call::{Call, IDEMPOTENCY_KEY, STANDARD_METHODS, is_idempotent, is_safe_to_repeat};
@@ -73,7 +81,16 @@ pub use crate::clock::{Clock, Nanos};
 pub use crate::config::{ConfigError, Problem, Validator};
 pub use crate::deadline::Deadline;
 pub use crate::error::{BoxError, ErrorKind};
+pub use crate::fn_classifier::{FnClassifier, classify_fn};
 pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};
 pub use crate::route::{CallMeta, Inherited, Route, RouteId, RouteTable, RouteTableBuilder};
+#[cfg(feature = "tower-http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
+pub use crate::tower_http::TowerHttpClassifier;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -141,6 +141,13 @@ pub enum Classified {
     AtEndOfStream,
 }
 
+impl From<Verdict> for Classified {
+    /// A verdict known from the response head: [`Classified::Ready`].
+    fn from(verdict: Verdict) -> Self {
+        Classified::Ready(verdict)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

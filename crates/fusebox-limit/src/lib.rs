@@ -181,3 +181,8 @@ pub use crate::section::{AdaptiveSection, Algorithm, LimitSection, QueueSection}
 pub use crate::service::ConcurrencyLimit;
 pub use fusebox_classify::error::Overloaded;
 pub use fusebox_classify::{BoxError, ConfigError};
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

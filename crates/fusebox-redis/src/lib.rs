@@ -129,8 +129,12 @@
 //! wait and find no lease are rejected (the request path never waits on Redis) and make the
 //! worker claim at once, without waiting for a poll. A lease no call used is given back
 //! after half of `probe_lease`, so a replica whose calls stopped holds the fleet's probes
-//! no longer than that. Measured on loopback: a claim is one script call, and the first
-//! probe can be admitted within one round trip of the wait's end.
+//! no longer than that. A claim is one script call: a lease is held one round trip after
+//! the first call past the wait, and — for calls that waited — one round trip after the
+//! first tick of tokio's timer (1 ms resolution) at or after the wait's end, as this
+//! replica's view times it (each answer read as late as it was taken in; the earliest
+//! reading of one period stands). The `fleet_recovery` bench measures both against a
+//! round trip.
 //!
 //! **Events**: each replica reports every fleet transition it observes, once, through the
 //! breaker's usual `tracing` events, metrics and subscribers.
@@ -231,3 +235,8 @@ pub use crate::config::{
 #[cfg(feature = "serde")]
 pub use crate::section::RedisStoreSection;
 pub use crate::store::RedisStore;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -936,12 +936,22 @@ impl Shared {
             }
             v.last_now_us = r.now_us;
             let remaining = |until_us: i64| micros(until_us.saturating_sub(r.now_us));
-            v.open_until = at.plus(remaining(r.open_until_us));
-            v.half_open_until = cfg.max_half_open_wait().map(|max| {
+            // Redis's times on this replica's clock: `at` is when the answer was taken in,
+            // at or after Redis answered, so each reading can only be late. Within one
+            // period (same state and epoch) keep the earliest: a reply taken in late (a
+            // busy task, a slow wake-up) must not push the end of the wait later.
+            let same_period = v.synced && v.epoch == r.epoch && v.state == r.state;
+            let earliest = |old: Nanos, new: Nanos| if same_period { old.min(new) } else { new };
+            v.open_until = earliest(v.open_until, at.plus(remaining(r.open_until_us)));
+            let half_open_until = cfg.max_half_open_wait().map(|max| {
                 at.plus(remaining(r.half_open_since_us.saturating_add(
                     i64::try_from(max.as_micros()).unwrap_or(i64::MAX),
                 )))
             });
+            v.half_open_until = match (v.half_open_until, half_open_until) {
+                (Some(old), Some(new)) => Some(earliest(old, new)),
+                (_, new) => new,
+            };
             if healthy {
                 let key = (r.state, r.epoch);
                 let from = match v.reported {

@@ -138,3 +138,8 @@ pub use crate::replay::ReplayBody;
 #[cfg(feature = "serde")]
 pub use crate::section::RetrySection;
 pub use crate::service::Retry;
+
+// The README is the crate's page on crates.io: its example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -69,6 +69,7 @@ pub struct RetrySection {
     )]
     pub hedge_delay: Option<Option<Duration>>,
     /// Seeds the jitter.
+    /// (A TOML file holds whole numbers up to 2^63 - 1.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }

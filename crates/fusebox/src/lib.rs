@@ -19,6 +19,8 @@
 //! | `axum` | `fusebox::axum`: a Policy in a router, fusebox's errors as 503 / 504 |
 //! | `tonic` | `fusebox::tonic`: a Policy around a `Channel` or in a gRPC server, errors as `Status` |
 //! | `hyper-client` | `fusebox::hyper`: a hyper-util client behind a Policy |
+//! | `hyper-rustls` | `fusebox::hyper` over HTTPS: rustls on `ring`, the platform's roots or your own |
+//! | `tower-http` | `fusebox::classify::tower_http`: a tower-http `ClassifyResponse` as a fusebox classifier |
 //! | `redis` | `fusebox::redis`: breaker state shared by a fleet, for a `Policy` or a breaker layer |
 //! | `serde` | `Deserialize` for every layer's configuration |
 //! | `full` | all of the above |
@@ -46,7 +48,7 @@
 //! use fusebox::{CircuitBreakerConfig, Policy};
 //!
 //! let policy = Policy::builder("payments")
-//!     .circuit_breaker(CircuitBreakerConfig::builder().name("payments").minimum_calls(50))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().minimum_calls(50))
 //!     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0").scope(Scope::dep("payments")))
 //!     .build()?;
 //! assert!(policy.breaker_store().redis().is_some());

@@ -1455,7 +1455,7 @@ async fn run(config: Config) -> Result<Outcome, String> {
         .ok_or("the soak's policy has no concurrency limit")?;
 
     let attempts = Arc::new(Attempts::default());
-    let client = fusebox::hyper::client::<Full<Bytes>>();
+    let client = fusebox::hyper::client();
     let counted = Arc::clone(&attempts);
     let inner = tower::service_fn(move |req| {
         let client = client.clone();

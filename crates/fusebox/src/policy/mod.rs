@@ -53,8 +53,8 @@
 //!     .routes(routes)
 //!     .timeout(Duration::from_millis(250))
 //!     .concurrency_limit(64)
-//!     .circuit_breaker(CircuitBreakerConfig::builder().name("fraud-eu").failure_rate_threshold(50))
-//!     .retry_budget(RetryConfig::builder().name("fraud-eu").retry_ratio(0.1))
+//!     .circuit_breaker(CircuitBreakerConfig::builder().failure_rate_threshold(50))
+//!     .retry_budget(RetryConfig::builder().retry_ratio(0.1))
 //!     .build()?;
 //!
 //! let client = tower::service_fn(|_req: Request<ReplayBody<Empty<Bytes>>>| async {
@@ -369,7 +369,7 @@ impl<C: Classifier> PolicyBuilder<C> {
     ///
     /// // Every replica of the payments service builds the same policy.
     /// let policy = Policy::builder("payments")
-    ///     .circuit_breaker(CircuitBreakerConfig::builder().name("payments").minimum_calls(50))
+    ///     .circuit_breaker(CircuitBreakerConfig::builder().minimum_calls(50))
     ///     .breaker_store(
     ///         RedisStoreConfig::builder("redis://127.0.0.1:6379/0")
     ///             .scope(Scope::dep("payments").region("eu"))
@@ -382,7 +382,7 @@ impl<C: Classifier> PolicyBuilder<C> {
     ///
     /// // A keyed breaker must say which keys the fleet shares.
     /// let err = Policy::builder("partners")
-    ///     .circuit_breaker(CircuitBreakerConfig::builder().name("partners"))
+    ///     .circuit_breaker(CircuitBreakerConfig::builder())
     ///     .breaker_key(fusebox::KeyBy::Host)
     ///     .breaker_store(RedisStoreConfig::builder("redis://127.0.0.1:6379/0"))
     ///     .build()
