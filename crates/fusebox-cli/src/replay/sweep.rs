@@ -56,7 +56,7 @@ pub fn parse_window(s: &str) -> Result<WindowConfig, String> {
                     format!("bad window {s:?}: the buckets after / must be a number")
                 })?,
             ),
-            None => (rest, 10),
+            None => (rest, WindowConfig::DEFAULT_BUCKETS),
         };
         let duration = parse_duration(d).map_err(|e| format!("bad window {s:?}: {e}"))?;
         return Ok(WindowConfig::Time { duration, buckets });
@@ -69,10 +69,7 @@ pub fn parse_window(s: &str) -> Result<WindowConfig, String> {
 fn window_name(w: WindowConfig) -> String {
     match w {
         WindowConfig::Count { size } => format!("count:{size}"),
-        WindowConfig::Time {
-            duration,
-            buckets: 10,
-        } => {
+        WindowConfig::Time { duration, buckets } if buckets == WindowConfig::DEFAULT_BUCKETS => {
             format!("time:{}", format_duration(duration))
         }
         WindowConfig::Time { duration, buckets } => {
