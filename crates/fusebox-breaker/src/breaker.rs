@@ -3,12 +3,13 @@
 //! record or release.
 
 use crate::events::EventSink;
+use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{
-    Call, CallMeta, Classified, Classifier, Clock, ErrorKind, OnEndOfStream, Outcome, RouteId,
-    RouteTable, StreamEnd, Verdict,
+    Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
+    StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
@@ -172,25 +173,21 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             return;
         }
         let now = end.map(|end| self.clock.nanos_at(end));
-        match outcome {
-            Outcome::Ignored => store.release(permit),
-            Outcome::Success => store.record(permit, false, slow, now),
-            Outcome::Failure => store.record(permit, true, slow, now),
+        match Judged::of(outcome, slow) {
+            Judged::Ignored => store.release(permit),
+            Judged::Counted { failure, slow } => store.record(permit, failure, slow, now),
         }
     }
 
     /// Classifies `error` with `route`'s classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts as a failure
     /// if the breaker says so: `count_overloaded`).
     pub(crate) fn classify_error(&self, call: &Call<'_>, error: &(dyn Error + 'static)) -> Verdict {
-        let verdict = self
-            .table
-            .route(call.route())
-            .classifier()
-            .classify_error(call, error);
-        if self.count_overloaded && verdict.outcome() == Outcome::Ignored && is_overloaded(error) {
-            return Verdict::FAILURE.with_retry(verdict.retry());
-        }
-        verdict
+        error_verdict(
+            self.table.route(call.route()).classifier(),
+            call,
+            error,
+            self.count_overloaded,
+        )
     }
 
     pub(crate) fn touch(&self) {
@@ -385,11 +382,6 @@ impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
             self.breaker.store.release(self.permit);
         }
     }
-}
-
-/// Whether a concurrency limit (fusebox's or tower's `load_shed`) shed the call.
-fn is_overloaded(error: &(dyn Error + 'static)) -> bool {
-    ErrorKind::of(error).is_overloaded()
 }
 
 /// Records a streamed call's verdict at the end of its body (gRPC: from the trailers).

@@ -21,6 +21,12 @@ pub enum WindowConfig {
     },
 }
 
+impl WindowConfig {
+    /// The slices of a time window that names none (a file's `time_window` without
+    /// `time_window_buckets`).
+    pub const DEFAULT_BUCKETS: u32 = 10;
+}
+
 /// What happens to the window when the breaker closes after successful probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -20,6 +20,8 @@
 //! moved on, so a late success cannot close a breaker that a newer probe re-opened. A probe
 //! whose future or body is dropped, or whose outcome is ignored, gives its permit back.
 //! gRPC calls, whose status comes in the trailers, are recorded at the end of the stream.
+//! [`judge`] is how a call is judged, open to a call known after the fact (a recorded call
+//! replayed on virtual time is judged exactly as the live breaker judges it).
 //!
 //! A service that does not speak HTTP — a database pool, a cache client, any tower service —
 //! gets the same breaker from [`CircuitBreakerLayer::plain`]: its `Ok` answers are
@@ -76,6 +78,7 @@ mod breaker;
 mod config;
 pub mod events;
 mod future;
+pub mod judge;
 mod keyed;
 mod layer;
 pub mod plain;

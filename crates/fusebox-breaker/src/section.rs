@@ -37,7 +37,7 @@ pub struct CircuitBreakerSection {
     /// Judge the calls of the last this long.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "duration")]
     pub time_window: Option<Duration>,
-    /// The slices a time window moves by (default 10).
+    /// The slices a time window moves by (default [`WindowConfig::DEFAULT_BUCKETS`], 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_window_buckets: Option<u32>,
     /// Calls the window must hold before a rate can trip the breaker.
@@ -103,7 +103,11 @@ impl CircuitBreakerSection {
         if let Some(size) = self.count_window {
             b = b.count_window(size);
         } else if let Some(duration) = self.time_window {
-            b = b.time_window(duration, self.time_window_buckets.unwrap_or(10));
+            b = b.time_window(
+                duration,
+                self.time_window_buckets
+                    .unwrap_or(WindowConfig::DEFAULT_BUCKETS),
+            );
         }
         if let Some(x) = self.minimum_calls {
             b = b.minimum_calls(x);

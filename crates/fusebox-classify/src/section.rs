@@ -60,6 +60,68 @@ pub trait Section: Serialize + DeserializeOwned + Default + Clone + PartialEq + 
     /// `self` over `base`: every key `self` does not set is taken from `base`, following
     /// [`REPLACE`](Section::REPLACE) and [`CHOICES`](Section::CHOICES).
     fn over(self, base: &Self) -> Self;
+
+    /// Every key of the section, in declaration order: the list serde derives from the
+    /// type's fields (see [`keys_of`]).
+    fn keys() -> &'static [&'static str] {
+        keys_of::<Self>()
+    }
+}
+
+/// The keys a struct declares to serde: the field list its derived `Deserialize` hands to
+/// `deserialize_struct`, that is the type's own list, not a copy; empty for a type that is
+/// not a struct of named fields (or that flattens another into it).
+pub fn keys_of<T: DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{self, Visitor};
+
+    /// Stops the read as soon as the keys are known.
+    #[derive(Debug)]
+    struct Stop;
+
+    impl fmt::Display for Stop {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("only the keys are read")
+        }
+    }
+
+    impl std::error::Error for Stop {}
+
+    impl de::Error for Stop {
+        fn custom<M: fmt::Display>(_: M) -> Self {
+            Stop
+        }
+    }
+
+    /// Records the fields a struct asks for.
+    struct Fields<'a>(&'a mut &'static [&'static str]);
+
+    impl<'de> de::Deserializer<'de> for Fields<'_> {
+        type Error = Stop;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            *self.0 = fields;
+            Err(Stop)
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+            byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+            identifier ignored_any
+        }
+    }
+
+    let mut keys: &'static [&'static str] = &[];
+    let _ = T::deserialize(Fields(&mut keys));
+    keys
 }
 
 /// Takes `base`'s value of every field `self` leaves unset: `Option::or` per field, for
@@ -561,6 +623,30 @@ impl Section for RouteSection {
     }
 }
 
+impl RouteSection {
+    /// Every setting `route` has, set itself or taken from its table's default route (see
+    /// [`Route::inherited`]): the section that builds a route judging calls as `route`
+    /// does. A key it leaves out is at its built-in default. ([`Section::of`] writes only
+    /// what a named route sets itself, which is what reads back into the same table.)
+    pub fn effective(route: &Route<StandardClassifier>) -> RouteSection {
+        let inherited = route.inherited();
+        let mut section = RouteSection::of(route);
+        if inherited.timeout {
+            section.timeout = Some(route.timeout_duration());
+        }
+        if inherited.slow_call_duration {
+            section.slow_call_duration = Some(route.slow_call_threshold());
+        }
+        if inherited.retry {
+            section.retry = Some(route.retry_enabled());
+        }
+        if inherited.idempotent {
+            section.idempotent = route.idempotent_override();
+        }
+        section
+    }
+}
+
 /// A count a file writes as a whole number of at most `u32::MAX` (so that a file means the
 /// same on every platform), as the builders take it.
 pub fn count(n: u32) -> usize {
@@ -570,4 +656,108 @@ pub fn count(n: u32) -> usize {
 /// A builder's count as a file writes it (at most `u32::MAX`).
 pub fn count_of(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::RouteTable;
+    use http::Method;
+
+    #[test]
+    fn a_sections_keys_are_its_fields() {
+        assert_eq!(
+            RouteSection::keys(),
+            [
+                "timeout",
+                "slow_call_duration",
+                "count_throttling",
+                "retry",
+                "idempotent",
+                "protocol",
+                "failure_statuses",
+                "success_statuses",
+                "ignored_statuses",
+            ]
+        );
+        assert!(keys_of::<u32>().is_empty());
+    }
+
+    #[test]
+    fn durations_read_and_write_as_files_write_them() {
+        let ms = Duration::from_millis;
+        assert_eq!(parse_duration("750ms"), Ok(ms(750)));
+        assert_eq!(parse_duration(" 1m 30s "), Ok(Duration::from_secs(90)));
+        let bad = parse_duration("5 sex").unwrap_err();
+        assert!(bad.starts_with("must be a duration"), "{bad}");
+        for (d, text) in [
+            (ms(750), "750ms"),
+            (ms(1500), "1s 500ms"),
+            (Duration::from_secs(2), "2s"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(format_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text} reads back");
+        }
+    }
+
+    #[test]
+    fn a_named_routes_effective_section_holds_what_it_inherited() {
+        let ms = Duration::from_millis;
+        let default = RouteSection {
+            slow_call_duration: Some(Some(ms(250))),
+            timeout: Some(Some(ms(800))),
+            retry: Some(false),
+            idempotent: Some(true),
+            count_throttling: Some(true),
+            ..RouteSection::default()
+        };
+        let own = RouteSection {
+            timeout: Some(Some(ms(1000))),
+            failure_statuses: Some(vec![409]),
+            ..RouteSection::default()
+        };
+        let table = RouteTable::builder(default.build().unwrap())
+            .route("GET /a", own.build().unwrap())
+            .build()
+            .unwrap();
+        let a = table.route(table.resolve_path(&Method::GET, "/a"));
+        let effective = RouteSection::effective(a);
+        assert_eq!(
+            effective,
+            RouteSection {
+                slow_call_duration: Some(Some(ms(250))),
+                timeout: Some(Some(ms(1000))),
+                retry: Some(false),
+                idempotent: Some(true),
+                count_throttling: Some(true),
+                failure_statuses: Some(vec![409]),
+                ..RouteSection::default()
+            }
+        );
+        // What it writes back leaves the inherited scalars to the default route.
+        let written = RouteSection::of(a);
+        assert_eq!(
+            (
+                written.slow_call_duration,
+                written.retry,
+                written.idempotent
+            ),
+            (None, None, None)
+        );
+        // The effective section alone builds a route that judges as the named one does.
+        let alone = effective.build().unwrap();
+        assert_eq!(alone.slow_call_threshold(), a.slow_call_threshold());
+        assert_eq!(alone.timeout_duration(), a.timeout_duration());
+        assert_eq!(alone.retry_enabled(), a.retry_enabled());
+        assert_eq!(alone.idempotent_override(), a.idempotent_override());
+        for code in [200, 409, 429, 503] {
+            let status = http::StatusCode::from_u16(code).unwrap();
+            assert_eq!(
+                alone.classifier().http_rules().outcome(status),
+                a.classifier().http_rules().outcome(status),
+                "{code}"
+            );
+        }
+    }
 }

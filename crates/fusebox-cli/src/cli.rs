@@ -5,7 +5,7 @@
 //! bad input — a flag, a scenario, a policy file or a calls file — reported with its file,
 //! line and reason.
 
-use crate::config::{Policies, describe_policy, load_policy_file, parse_duration};
+use crate::config::{Policies, describe_policy, load_policy_file};
 use crate::drill::{self, DrillError, DrillOptions, Out};
 use crate::input::{InputError, SourceFile};
 use crate::replay::calls::Format;
@@ -13,6 +13,8 @@ use crate::replay::sweep::{Grid, IncidentSpec, SweepOptions, parse_window, rende
 use crate::replay::{ReplayOptions, render_report, replay, thousands};
 use crate::scenario::{BUILTIN, Scenario, builtin, load_scenario};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use fusebox::config::PolicyFileSection;
+use fusebox_classify::section::{format_duration, parse_duration};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -79,8 +81,10 @@ pub enum Command {
         long_about = "Replay recorded calls through the configured breakers on virtual time.\n\n\
         Each call (CSV or JSON lines: timestamp, route, status or error kind, latency) is \
         admitted or rejected by its route's breaker — the exact state machine fusebox runs — at \
-        its timestamp, and its outcome, judged by the route's classification rules, is recorded \
-        when it completes at timestamp + latency. The report says when each breaker would have \
+        its timestamp, and its outcome is recorded when it completes at timestamp + latency, \
+        judged exactly as the live breaker judges a call on that route: the route's \
+        classifier, the breaker's count_overloaded for shed calls, the route's slow-call \
+        threshold. The report says when each breaker would have \
         opened and why, how many calls it would have rejected (and how many of those would have \
         succeeded), how long it stayed open, and how often it flapped.\n\n\
         With --sweep, the calls are replayed once per combination of the listed thresholds and \
@@ -115,11 +119,18 @@ pub enum Command {
         `policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within \
         1..=100, got 150`; the exit code is then 2. A file with [[phases]] is read as a \
         scenario, anything else as a policy file.\n\n\
-        Policy files are the fusebox facade's (fusebox::config), TOML or YAML by extension: \
-        [defaults] inherited by every [policies.NAME], each with breaker, limit, timeout, retry, \
-        recovery_ramp, default_route and routes.\"METHOD /path\" sections; unknown keys are \
-        errors.",
-        after_help = "Example:\n  fusebox check policies.toml"
+        Policy files are the fusebox facade's (fusebox::config), TOML or YAML by extension \
+        (a .json file is read as YAML): [defaults] inherited by every [policies.NAME], each with \
+        breaker, limit, timeout, retry, recovery_ramp, default_route and routes.\"METHOD /path\" \
+        sections; unknown keys are errors.\n\n\
+        The effective settings are those of the policies as built: each layer's, and each \
+        route's behaviour followed by every setting the file gives it and where it is written \
+        (the route, the defaults' route, the policy's default_route or the defaults' \
+        default_route), then the keys no level writes (built in). With --json, the effective policies are \
+        printed instead as a policy file in JSON, every setting written out: read back (as \
+        a .json or .yaml policy file), it builds the same policies.",
+        after_help = "Examples:\n  fusebox check policies.toml\n  \
+        fusebox check policies.toml --json > effective.json"
     )]
     Check(CheckArgs),
 }
@@ -237,6 +248,10 @@ pub struct ReplayArgs {
 pub struct CheckArgs {
     /// The file to check.
     pub file: PathBuf,
+    /// Print the effective policies as a policy file in JSON (every setting written out;
+    /// for a scenario, its policy) instead of the text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
@@ -373,7 +388,7 @@ fn run_drill(a: DrillArgs) -> Result<(), Failure> {
                 .map_err(Failure::Input)?;
             stdout_line(&format!(
                 "{name:<18} {:>4}  {}",
-                crate::config::fmt_duration(desc.1),
+                format_duration(desc.1),
                 desc.0
             ));
         }
@@ -577,10 +592,17 @@ fn run_check(a: CheckArgs) -> Result<(), Failure> {
         .unwrap_or(false);
     if is_scenario {
         let s = load_scenario(&src, None)?;
+        if a.json {
+            let file = PolicyFileSection::of(&[s.policy.policy()]);
+            return write_json(&JsonTo::Stdout, &file, stdout_line);
+        }
         stdout_line(&describe_scenario(&s, src.name()));
         return Ok(());
     }
     let file = load_policy_file(&src)?;
+    if a.json {
+        return write_json(&JsonTo::Stdout, &file.file_section(), stdout_line);
+    }
     stdout_line(&format!(
         "{}: {} polic{}, no problems",
         src.name(),
@@ -608,7 +630,7 @@ fn describe_scenario(s: &Scenario, file: &str) -> String {
         out.push_str(&format!(
             "  phase {:<16} {:>6}  {}\n",
             p.name,
-            crate::config::fmt_duration(p.duration),
+            format_duration(p.duration),
             p.describe()
         ));
     }

@@ -1,14 +1,15 @@
-//! Policy files: read with the `fusebox` facade's loader, located to the line.
+//! Policy files: read and built by the `fusebox` facade's loader, located to the line.
 //!
-//! The command reads the same policy files a service does: TOML or YAML with shared
-//! `[defaults]` and named `[policies.NAME]`, each with `breaker`, `limit`, `timeout`,
-//! `retry`, `recovery_ramp`, `default_route` and `routes."METHOD /path"` sections (see
-//! [`fusebox::config`] for every key). The facade checks the file and reports every
-//! problem at its path; this module adds the position of each problem in the file
-//! (`policies.toml:12:26: policies.payments.breaker.failure_rate_threshold: must be within
-//! 1..=100, got 150`) and extracts what the commands need from each policy: its route
-//! table, its layer configurations, and its breaker settings in a form that replays and
-//! sweeps can rebuild with other thresholds.
+//! The command reads the same policy files a service does: TOML or YAML (a `.json` file is
+//! read as the YAML it is) with shared `[defaults]` and named `[policies.NAME]`, each with
+//! `breaker`, `limit`, `timeout`, `retry`, `recovery_ramp`, `default_route` and
+//! `routes."METHOD /path"` sections (see [`fusebox::config`] for every key). The facade
+//! checks the file, reports every problem at its path and builds each policy; this module
+//! adds the position of each problem in the file (`policies.toml:12:26:
+//! policies.payments.breaker.failure_rate_threshold: must be within 1..=100, got 150`) and
+//! keeps each built [`fusebox::Policy`] — its route table and its layers' configurations,
+//! which drills, replays and sweeps read — with where each route setting came from
+//! ([`fusebox::config::PolicyFile::explain`]), which `fusebox check` prints.
 //!
 //! ```toml
 //! [defaults.breaker]
@@ -29,73 +30,20 @@
 //! ```
 
 use crate::input::{InputError, SourceFile};
-use fusebox::config::PolicyFile as FacadeFile;
-use fusebox_breaker::{CircuitBreakerConfig, OnClose, WindowConfig};
-use fusebox_classify::{ConfigError, RouteId, RouteTable, StandardClassifier};
+use fusebox::config::{PolicyFile, RouteExplanation, Syntax};
+use fusebox::{KeyBy, Policy};
+use fusebox_breaker::{CircuitBreakerConfig, WindowConfig};
+use fusebox_classify::section::{RouteSection, Section, format_duration};
+use fusebox_classify::{ConfigError, RouteTable, StandardClassifier};
 use fusebox_limit::{ConcurrencyLimitConfig, Limit};
 use fusebox_retry::RetryConfig;
 use fusebox_timeout::TimeoutConfig;
-use serde_json::Value;
 use std::fmt::Write as _;
 use std::ops::Range;
-use std::time::Duration;
 
-/// Parses `"750ms"`, `"2s"`, `"1m 30s"`, `"0s"`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim()).map_err(|e| {
-        format!("invalid duration {s:?} ({e}); write a number and a unit, e.g. \"750ms\" or \"2s\"")
-    })
-}
-
-/// Formats a duration the way the files write it (`750ms`, `2s`, `1.5s`).
-pub fn fmt_duration(d: Duration) -> String {
-    let ns = d.as_nanos();
-    if ns == 0 {
-        "0s".into()
-    } else if ns.is_multiple_of(1_000_000_000) {
-        format!("{}s", ns / 1_000_000_000)
-    } else if ns >= 1_000_000_000 {
-        format!("{}s", trim_float(d.as_secs_f64(), 3))
-    } else if ns.is_multiple_of(1_000_000) {
-        format!("{}ms", ns / 1_000_000)
-    } else if ns >= 1_000_000 {
-        format!("{}ms", trim_float(ns as f64 / 1e6, 3))
-    } else if ns.is_multiple_of(1_000) {
-        format!("{}us", ns / 1_000)
-    } else {
-        format!("{ns}ns")
-    }
-}
-
-fn trim_float(x: f64, decimals: usize) -> String {
-    let s = format!("{x:.decimals$}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
-/// A policy's breaker settings as the file writes them (defaults merged), to rebuild the
-/// breaker with other thresholds.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct BreakerKeys {
-    name: Option<String>,
-    window: Option<WindowConfig>,
-    minimum_calls: Option<u32>,
-    failure_rate_threshold: Option<u32>,
-    slow_call_rate_threshold: Option<u32>,
-    consecutive_failures: Option<u32>,
-    open_wait: Option<Duration>,
-    open_wait_jitter: Option<Duration>,
-    open_wait_multiplier: Option<f64>,
-    max_open_wait: Option<Duration>,
-    permitted_probes: Option<u32>,
-    probe_successes: Option<u32>,
-    max_half_open_wait: Option<Option<Duration>>,
-    on_close: Option<OnClose>,
-    count_overloaded: Option<bool>,
-    seed: Option<u64>,
-    key: Option<String>,
-}
-
-/// Changes to a policy's breaker, for replays and sweeps.
+/// Changes to a policy's breaker, for replays and sweeps: applied to the built
+/// configuration ([`CircuitBreakerConfig::to_builder`]) and checked again by the
+/// breaker's own rules.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct BreakerOverrides {
     /// `failure_rate_threshold`, percent.
@@ -106,37 +54,90 @@ pub struct BreakerOverrides {
     pub minimum_calls: Option<u32>,
     /// The window.
     pub window: Option<WindowConfig>,
-    /// The jitter's seed, used when the file sets none.
+    /// The jitter's seed, used when the configuration sets none.
     pub default_seed: Option<u64>,
 }
 
-/// One dependency's effective settings, validated by the facade: what a drill wraps its
-/// client in and what a replay runs recorded calls through.
+impl BreakerOverrides {
+    /// `config` with these changes, or every problem with them (each with its key and
+    /// rule, e.g. `minimum_calls: must not exceed the count window's size (10), got 20`).
+    pub fn apply(
+        &self,
+        config: &CircuitBreakerConfig,
+    ) -> Result<CircuitBreakerConfig, ConfigError> {
+        let mut b = config.to_builder();
+        b = match self.window {
+            Some(WindowConfig::Count { size }) => b.count_window(size),
+            Some(WindowConfig::Time { duration, buckets }) => b.time_window(duration, buckets),
+            None => b,
+        };
+        if let Some(x) = self.minimum_calls {
+            b = b.minimum_calls(x);
+        }
+        if let Some(x) = self.failure_rate_threshold {
+            b = b.failure_rate_threshold(x);
+        }
+        if let Some(x) = self.slow_call_rate_threshold {
+            b = b.slow_call_rate_threshold(x);
+        }
+        if let (None, Some(seed)) = (config.seed(), self.default_seed) {
+            b = b.seed(seed);
+        }
+        b.build()
+    }
+}
+
+/// One dependency's policy, built by the facade from a file: what a drill wraps its client
+/// in and what a replay runs recorded calls through.
 #[derive(Debug, Clone)]
 pub struct PolicySpec {
     /// The policy's name.
     pub name: String,
-    /// The routes: classifier, slow threshold, timeout, retry switch.
-    pub routes: RouteTable<StandardClassifier>,
-    /// The breaker, if the policy has one.
-    pub breaker: Option<CircuitBreakerConfig>,
-    /// The timeout, if any.
-    pub timeout: Option<TimeoutConfig>,
-    /// The concurrency limit, if any.
-    pub limit: Option<ConcurrencyLimitConfig>,
-    /// The retry budget, if any.
-    pub retry: Option<RetryConfig>,
-    /// Whether the policy has a recovery ramp (drills do not apply it).
-    pub recovery_ramp: bool,
-    pub(crate) breaker_keys: Option<BreakerKeys>,
+    policy: Policy,
+    explained: Vec<RouteExplanation>,
+    /// Where the policy's table stands in its file (`policies.NAME`, a scenario's `policy`).
+    at: String,
 }
 
 impl PolicySpec {
+    /// The built policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The routes: classifier, slow threshold, timeout, retry switch.
+    pub fn routes(&self) -> &RouteTable<StandardClassifier> {
+        self.policy.routes()
+    }
+
+    /// The breaker, if the policy has one.
+    pub fn breaker(&self) -> Option<&CircuitBreakerConfig> {
+        self.policy.breaker_config()
+    }
+
+    /// The timeout, if any.
+    pub fn timeout(&self) -> Option<&TimeoutConfig> {
+        self.policy.timeout_config()
+    }
+
+    /// The concurrency limit, if any.
+    pub fn limit(&self) -> Option<&ConcurrencyLimitConfig> {
+        self.policy.limit_config()
+    }
+
+    /// The retry budget, if any.
+    pub fn retry(&self) -> Option<&RetryConfig> {
+        self.policy.retry_config()
+    }
+
+    /// Each route's effective settings and where each came from.
+    pub fn explained(&self) -> &[RouteExplanation] {
+        &self.explained
+    }
+
     /// Whether the breaker is one per route (`breaker.key = "route"`).
     pub fn breaker_per_route(&self) -> bool {
-        self.breaker_keys
-            .as_ref()
-            .is_some_and(|k| k.key.as_deref() == Some("route"))
+        matches!(self.policy.breaker_key(), Some(KeyBy::Route))
     }
 
     /// The policy's breaker with `overrides` applied (and checked); `None` when the policy
@@ -145,65 +146,7 @@ impl PolicySpec {
         &self,
         overrides: &BreakerOverrides,
     ) -> Option<Result<CircuitBreakerConfig, ConfigError>> {
-        let k = self.breaker_keys.as_ref()?;
-        let mut b =
-            CircuitBreakerConfig::builder().name(k.name.clone().unwrap_or(self.name.clone()));
-        match overrides.window.or(k.window) {
-            Some(WindowConfig::Count { size }) => b = b.count_window(size),
-            Some(WindowConfig::Time { duration, buckets }) => b = b.time_window(duration, buckets),
-            None => {}
-        }
-        if let Some(x) = overrides.minimum_calls.or(k.minimum_calls) {
-            b = b.minimum_calls(x);
-        }
-        if let Some(x) = overrides
-            .failure_rate_threshold
-            .or(k.failure_rate_threshold)
-        {
-            b = b.failure_rate_threshold(x);
-        }
-        if let Some(x) = overrides
-            .slow_call_rate_threshold
-            .or(k.slow_call_rate_threshold)
-        {
-            b = b.slow_call_rate_threshold(x);
-        }
-        if let Some(x) = k.consecutive_failures {
-            b = b.consecutive_failures(x);
-        }
-        if let Some(x) = k.open_wait {
-            b = b.open_wait(x);
-        }
-        if let Some(x) = k.open_wait_jitter {
-            b = b.open_wait_jitter(x);
-        }
-        if k.open_wait_multiplier.is_some() || k.max_open_wait.is_some() {
-            let base = k.open_wait.unwrap_or(Duration::from_secs(30));
-            b = b.open_wait_growth(
-                k.open_wait_multiplier.unwrap_or(1.0),
-                k.max_open_wait
-                    .unwrap_or(Duration::from_secs(300).max(base)),
-            );
-        }
-        if let Some(x) = k.permitted_probes {
-            b = b.permitted_probes(x);
-        }
-        if let Some(x) = k.probe_successes {
-            b = b.probe_successes(x);
-        }
-        if let Some(x) = k.max_half_open_wait {
-            b = b.max_half_open_wait(x);
-        }
-        if let Some(x) = k.on_close {
-            b = b.on_close(x);
-        }
-        if let Some(x) = k.count_overloaded {
-            b = b.count_overloaded(x);
-        }
-        if let Some(x) = k.seed.or(overrides.default_seed) {
-            b = b.seed(x);
-        }
-        Some(b.build())
+        self.breaker().map(|b| overrides.apply(b))
     }
 }
 
@@ -267,38 +210,44 @@ impl Policies {
         self.default_policy = Some(i);
         Ok(())
     }
+
+    /// The effective policies as a policy file writes them
+    /// ([`fusebox::config::PolicyFileSection`]), every setting written out: read back, it
+    /// builds the same policies.
+    pub fn file_section(&self) -> fusebox::config::PolicyFileSection {
+        let built: Vec<&Policy> = self.policies.iter().map(|p| &p.policy).collect();
+        fusebox::config::PolicyFileSection::of(&built)
+    }
 }
 
-/// Whether `src` is YAML (by its name).
+/// Whether `src` is read as YAML: by its name, as the facade's loader decides
+/// ([`Syntax::of_path`]); a name of no known extension is read as TOML.
 fn is_yaml(src: &SourceFile) -> bool {
-    let name = src.name().to_ascii_lowercase();
-    name.ends_with(".yaml") || name.ends_with(".yml")
+    Syntax::of_path(src.name()) == Some(Syntax::Yaml)
 }
 
-/// Reads and validates a policy file (TOML, or YAML by its extension), reporting every
-/// problem at its position.
+/// Reads, validates and builds a policy file (TOML, or YAML by its extension), reporting
+/// every problem at its position.
 pub fn load_policy_file(src: &SourceFile) -> Result<Policies, Vec<InputError>> {
     let yaml = is_yaml(src);
-    let tree: Value = if yaml {
-        serde_norway::from_str(src.text()).map_err(|e| {
+    // The syntax first, for the position of a syntax error (the facade names no position).
+    if yaml {
+        serde_norway::from_str::<serde_norway::Value>(src.text()).map_err(|e| {
             // At the byte the parser stopped at: its own line and column can lie past the
             // text's end (a line after the last, at the end of a file).
             let offset = e.location().map_or(0, |l| l.index());
             vec![src.error_at(offset..offset, format!("invalid YAML: {e}"))]
-        })?
+        })?;
     } else {
-        toml::from_str(src.text()).map_err(|e| vec![src.toml_error(&e)])?
-    };
-    let parsed = if yaml {
-        FacadeFile::from_yaml(src.text())
-    } else {
-        FacadeFile::from_toml(src.text())
-    };
-    let file = parsed.map_err(|e| locate_problems(src, &e, &[], &[]))?;
+        toml::from_str::<toml::Table>(src.text()).map_err(|e| vec![src.toml_error(&e)])?;
+    }
+    let syntax = if yaml { Syntax::Yaml } else { Syntax::Toml };
+    let file =
+        PolicyFile::parse(src.text(), syntax).map_err(|e| locate_problems(src, &e, &[], &[]))?;
     let mut policies = Vec::new();
     let mut errors = Vec::new();
     for name in file.policy_names() {
-        match spec_of(&file, &tree, name) {
+        match spec_of(&file, name, format!("policies.{name}")) {
             Ok(p) => policies.push(p),
             Err(e) => errors.extend(locate_problems(src, &e, &[], &[])),
         }
@@ -317,108 +266,28 @@ pub fn load_policy_file(src: &SourceFile) -> Result<Policies, Vec<InputError>> {
     }
 }
 
-/// A fallback that is never called: policies read for drills and replays do not answer
-/// for the dependency, but a file may opt routes in to a fallback.
-fn placeholder_fallback() -> fusebox::Fallback {
-    fusebox::Fallback::new(|_| http::Response::new(bytes::Bytes::new())).all_routes()
-}
-
-fn spec_of(file: &FacadeFile, tree: &Value, name: &str) -> Result<PolicySpec, ConfigError> {
-    let policy = file
-        .policy(name)?
-        .fallback(placeholder_fallback())
-        .build()?;
-    let levels: Vec<&Value> = [
-        tree.get("policies").and_then(|p| p.get(name)),
-        tree.get("defaults"),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    let breaker_keys = read_breaker(&levels);
-    let mut spec = PolicySpec {
+/// Builds the policy `name` of `file`, whose table stands at `at`. Drills and replays do
+/// not answer for the dependency, but a file may opt routes in to a fallback: those get
+/// one that is never called.
+fn spec_of(file: &PolicyFile, name: &str, at: String) -> Result<PolicySpec, ConfigError> {
+    let mut described = file.policy(name)?;
+    if described.wants_fallback() {
+        described = described.fallback(fusebox::Fallback::new(|_| {
+            http::Response::new(bytes::Bytes::new())
+        }));
+    }
+    Ok(PolicySpec {
         name: name.to_owned(),
-        routes: policy.routes().clone(),
-        breaker: None,
-        timeout: policy.timeout_config().cloned(),
-        limit: policy.limit_config().cloned(),
-        retry: policy.retry_config().cloned(),
-        recovery_ramp: policy.has_recovery_ramp(),
-        breaker_keys,
-    };
-    spec.breaker = spec
-        .breaker_with(&BreakerOverrides::default())
-        .transpose()?;
-    Ok(spec)
-}
-
-/// The breaker section of a policy, the most specific level first (the policy, then the
-/// defaults), key by key as the facade merges it.
-fn read_breaker(levels: &[&Value]) -> Option<BreakerKeys> {
-    let sections: Vec<&Value> = levels.iter().filter_map(|l| l.get("breaker")).collect();
-    if sections.is_empty() {
-        return None;
-    }
-    let get = |key: &str| sections.iter().find_map(|s| s.get(key));
-    if get("enabled").and_then(Value::as_bool) == Some(false) {
-        return None;
-    }
-    let u32_of = |key: &str| get(key).and_then(Value::as_u64).map(|v| v as u32);
-    let dur = |key: &str| {
-        get(key)
-            .and_then(Value::as_str)
-            .and_then(|s| parse_duration(s).ok())
-    };
-    // count_window or time_window: the most specific level that sets either decides.
-    let window = sections
-        .iter()
-        .find(|s| s.get("count_window").is_some() || s.get("time_window").is_some())
-        .and_then(|s| {
-            if let Some(size) = s.get("count_window").and_then(Value::as_u64) {
-                Some(WindowConfig::Count { size: size as u32 })
-            } else {
-                let duration = s
-                    .get("time_window")
-                    .and_then(Value::as_str)
-                    .and_then(|d| parse_duration(d).ok())?;
-                Some(WindowConfig::Time {
-                    duration,
-                    buckets: u32_of("time_window_buckets").unwrap_or(10),
-                })
-            }
-        });
-    Some(BreakerKeys {
-        name: get("name").and_then(Value::as_str).map(str::to_owned),
-        window,
-        minimum_calls: u32_of("minimum_calls"),
-        failure_rate_threshold: u32_of("failure_rate_threshold"),
-        slow_call_rate_threshold: u32_of("slow_call_rate_threshold"),
-        consecutive_failures: u32_of("consecutive_failures"),
-        open_wait: dur("open_wait"),
-        open_wait_jitter: dur("open_wait_jitter"),
-        open_wait_multiplier: get("open_wait_multiplier").and_then(Value::as_f64),
-        max_open_wait: dur("max_open_wait"),
-        permitted_probes: u32_of("permitted_probes"),
-        probe_successes: u32_of("probe_successes"),
-        max_half_open_wait: get("max_half_open_wait")
-            .and_then(Value::as_str)
-            .map(|s| (s != "none").then(|| parse_duration(s).ok()).flatten()),
-        on_close: get("on_close").and_then(Value::as_str).map(|s| {
-            if s == "keep" {
-                OnClose::Keep
-            } else {
-                OnClose::Clear
-            }
-        }),
-        count_overloaded: get("count_overloaded").and_then(Value::as_bool),
-        seed: get("seed").and_then(Value::as_u64),
-        key: get("key").and_then(Value::as_str).map(str::to_owned),
+        policy: described.build()?,
+        explained: file.explain(name)?,
+        at,
     })
 }
 
-/// Builds one policy from a table written inside another file (a scenario's `[policy]`):
-/// `table_path` is where that table sits in `src` (`["policy"]`), and problems are
-/// reported as `policy.breaker.minimum_calls` at their position in `src`.
+/// Builds one policy from a table written inside another file (a scenario's `[policy]`),
+/// read as a file with that one policy: `table_path` is where that table sits in `src`
+/// (`["policy"]`), and problems are reported as `policy.breaker.minimum_calls` at their
+/// position in `src`.
 pub(crate) fn policy_from_table(
     src: &SourceFile,
     table_path: &[&str],
@@ -433,10 +302,9 @@ pub(crate) fn policy_from_table(
         .map_err(|e| vec![src.error(format!("cannot re-read the policy: {e}"))])?;
     let prefix = ["policies", name];
     let file =
-        FacadeFile::from_toml(&text).map_err(|e| locate_problems(src, &e, &prefix, table_path))?;
-    let tree: Value = toml::from_str(&text)
-        .map_err(|e| vec![src.error(format!("cannot re-read the policy: {e}"))])?;
-    spec_of(&file, &tree, name).map_err(|e| locate_problems(src, &e, &prefix, table_path))
+        PolicyFile::from_toml(&text).map_err(|e| locate_problems(src, &e, &prefix, table_path))?;
+    spec_of(&file, name, table_path.join("."))
+        .map_err(|e| locate_problems(src, &e, &prefix, table_path))
 }
 
 /// Splits a problem path (`policies.a.routes["GET /x.y"].timeout`, `phases[2].latency`)
@@ -606,57 +474,66 @@ pub(crate) fn locate_problems(
 
 // === display ===
 
-/// The effective settings of a policy, as `fusebox check` prints them.
+/// The effective settings of a policy, as `fusebox check` prints them: each layer's
+/// configuration as built, and each route's behaviour followed by every setting some
+/// level of the file gives it, with that level, and the keys no level writes (built in).
 pub fn describe_policy(p: &PolicySpec) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "policy {:?}", p.name);
-    match &p.breaker {
+    match p.breaker() {
         Some(b) => {
             let window = match b.window() {
                 WindowConfig::Count { size } => format!("last {size} calls"),
                 WindowConfig::Time { duration, buckets } => {
-                    format!("last {} in {buckets} buckets", fmt_duration(duration))
+                    format!("last {} in {buckets} buckets", format_duration(duration))
                 }
+            };
+            let keyed = match p.policy.breaker_key() {
+                None => "",
+                Some(KeyBy::Route) => " (one per route)",
+                Some(KeyBy::Host) => " (one per host)",
+                Some(KeyBy::Authority) => " (one per authority)",
+                Some(KeyBy::Custom(_)) => " (one per key)",
             };
             let _ = writeln!(
                 s,
-                "  breaker   {:?}{}: window {window}, minimum_calls {}, failure_rate_threshold {} %, slow_call_rate_threshold {} %",
+                "  breaker   {:?}{keyed}: window {window}, minimum_calls {}, failure_rate_threshold {} %, slow_call_rate_threshold {} %",
                 b.name(),
-                if p.breaker_per_route() {
-                    " (one per route)"
-                } else {
-                    ""
-                },
                 b.minimum_calls(),
                 b.failure_rate_threshold(),
                 b.slow_call_rate_threshold()
             );
             let _ = writeln!(
                 s,
-                "            open_wait {} + jitter up to {}, permitted_probes {} ({} must succeed), max_half_open_wait {}{}",
-                fmt_duration(b.open_wait()),
-                fmt_duration(b.open_wait_jitter()),
+                "            open_wait {} + jitter up to {}, permitted_probes {} ({} must succeed), max_half_open_wait {}{}{}",
+                format_duration(b.open_wait()),
+                format_duration(b.open_wait_jitter()),
                 b.permitted_probes(),
                 b.probe_successes(),
                 b.max_half_open_wait()
-                    .map_or_else(|| "none".to_owned(), fmt_duration),
+                    .map_or_else(|| "none".to_owned(), format_duration),
                 b.consecutive_failures()
                     .map(|n| format!(", consecutive_failures {n}"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                if b.count_overloaded() {
+                    ", count_overloaded"
+                } else {
+                    ""
+                }
             );
         }
         None => {
             let _ = writeln!(s, "  breaker   none");
         }
     }
-    match &p.timeout {
+    match p.timeout() {
         Some(t) => {
             let _ = writeln!(
                 s,
                 "  timeout   default {}{}",
-                fmt_duration(t.default_timeout()),
+                format_duration(t.default_timeout()),
                 t.body_timeout()
-                    .map(|b| format!(", body {}", fmt_duration(b)))
+                    .map(|b| format!(", body {}", format_duration(b)))
                     .unwrap_or_default()
             );
         }
@@ -664,7 +541,7 @@ pub fn describe_policy(p: &PolicySpec) -> String {
             let _ = writeln!(s, "  timeout   none");
         }
     }
-    match &p.limit {
+    match p.limit() {
         Some(l) => {
             let limit = match l.limit() {
                 Limit::Fixed(n) => format!("max_concurrency {n}"),
@@ -677,7 +554,7 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                     format!(
                         "queue {} waiters for at most {}",
                         q.max_waiters(),
-                        fmt_duration(q.max_wait())
+                        format_duration(q.max_wait())
                     )
                 },
             );
@@ -687,7 +564,7 @@ pub fn describe_policy(p: &PolicySpec) -> String {
             let _ = writeln!(s, "  limit     none");
         }
     }
-    match &p.retry {
+    match p.retry() {
         Some(r) => {
             let _ = writeln!(
                 s,
@@ -695,10 +572,10 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                 r.max_attempts(),
                 r.retry_ratio(),
                 r.min_retries_per_second(),
-                fmt_duration(r.base_delay()),
-                fmt_duration(r.max_delay()),
-                r.cutoff_threshold_permille()
-                    .map(|c| format!(", cut off at {} % failures", c as f64 / 10.0))
+                format_duration(r.base_delay()),
+                format_duration(r.max_delay()),
+                r.failure_rate_threshold()
+                    .map(|c| format!(", cut off at {c} % failures"))
                     .unwrap_or_default()
             );
         }
@@ -706,19 +583,25 @@ pub fn describe_policy(p: &PolicySpec) -> String {
             let _ = writeln!(s, "  retry     none");
         }
     }
-    if p.recovery_ramp {
-        let _ = writeln!(s, "  ramp      a recovery ramp after the breaker closes");
+    if let Some(ramp) = p.policy.recovery_ramp() {
+        let _ = writeln!(
+            s,
+            "  ramp      after the breaker closes: from {} concurrent calls over {}",
+            ramp.initial_limit(),
+            format_duration(ramp.duration())
+        );
     }
-    for (id, name, route) in p.routes.iter() {
+    let fallback: Vec<&str> = p.policy.fallback_routes().collect();
+    for ((_, name, route), explained) in p.routes().iter().zip(&p.explained) {
         let mut parts = Vec::new();
         parts.push(format!(
             "slow at {}",
             route
                 .slow_call_threshold()
-                .map_or_else(|| "never".to_owned(), fmt_duration)
+                .map_or_else(|| "never".to_owned(), format_duration)
         ));
         if let Some(t) = route.timeout_duration() {
-            parts.push(format!("timeout {}", fmt_duration(t)));
+            parts.push(format!("timeout {}", format_duration(t)));
         }
         let too_many = http::StatusCode::TOO_MANY_REQUESTS;
         let counts_429 =
@@ -733,12 +616,38 @@ pub fn describe_policy(p: &PolicySpec) -> String {
         if let Some(i) = route.idempotent_override() {
             parts.push(format!("idempotent {i}"));
         }
-        let label = if id == RouteId::DEFAULT {
-            "(default)"
-        } else {
-            name
-        };
+        if fallback.contains(&name) {
+            parts.push("fallback".into());
+        }
+        let label = if explained.default { "(default)" } else { name };
         let _ = writeln!(s, "  route     {label:<24} {}", parts.join(", "));
+        // Every key the effective section holds, as the file writes it, with its level.
+        let mut settings: Vec<(String, String)> = match serde_json::to_value(&explained.section) {
+            Ok(serde_json::Value::Object(keys)) => keys
+                .into_iter()
+                .map(|(key, value)| (key, value.to_string()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if fallback.contains(&name) {
+            settings.push(("fallback".to_owned(), "true".to_owned()));
+        }
+        for (key, value) in &settings {
+            let origin = explained.origin(key);
+            let from = origin
+                .table(&p.at, &explained.route)
+                .map_or_else(|| format!("({origin})"), |t| format!("from {t}"));
+            let _ = writeln!(s, "{:14}{:<34} {from}", "", format!("{key} = {value}"));
+        }
+        // The keys no level writes: the summary above gives their built-in behaviour.
+        let built_in: Vec<&str> = RouteSection::keys()
+            .iter()
+            .copied()
+            .filter(|key| !settings.iter().any(|(k, _)| k == key))
+            .collect();
+        if !built_in.is_empty() {
+            let _ = writeln!(s, "{:14}built in: {}", "", built_in.join(", "));
+        }
     }
     s
 }
@@ -746,25 +655,11 @@ pub fn describe_policy(p: &PolicySpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn load(name: &str, text: &str) -> Result<Policies, Vec<String>> {
         load_policy_file(&SourceFile::new(name, text))
             .map_err(|e| e.iter().map(ToString::to_string).collect())
-    }
-
-    #[test]
-    fn durations_parse_and_print() {
-        assert_eq!(parse_duration("750ms"), Ok(Duration::from_millis(750)));
-        assert_eq!(parse_duration("1m 30s"), Ok(Duration::from_secs(90)));
-        assert!(
-            parse_duration("5 sex")
-                .unwrap_err()
-                .contains("invalid duration")
-        );
-        assert_eq!(fmt_duration(Duration::from_millis(750)), "750ms");
-        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1.5s");
-        assert_eq!(fmt_duration(Duration::from_secs(2)), "2s");
-        assert_eq!(fmt_duration(Duration::ZERO), "0s");
     }
 
     #[test]
@@ -829,7 +724,7 @@ timeout = "2s"
 "#,
         )
         .unwrap();
-        let a = f.get("a").unwrap().breaker.clone().unwrap();
+        let a = f.get("a").unwrap().breaker().cloned().unwrap();
         assert_eq!((a.minimum_calls(), a.failure_rate_threshold()), (10, 60));
         assert_eq!(
             a.window(),
@@ -839,14 +734,14 @@ timeout = "2s"
             }
         );
         let b = f.get("b").unwrap();
-        let bb = b.breaker.as_ref().unwrap();
+        let bb = b.breaker().unwrap();
         assert_eq!(
             (bb.failure_rate_threshold(), bb.window()),
             (40, WindowConfig::Count { size: 40 })
         );
-        assert!(f.get("a").unwrap().timeout.is_none());
+        assert!(f.get("a").unwrap().timeout().is_none());
         assert!(
-            b.timeout.is_some(),
+            b.timeout().is_some(),
             "a route's timeout needs the timeout layer"
         );
         let over = b
@@ -904,7 +799,7 @@ timeout = "0s"
             "policies:\n  a:\n    breaker:\n      minimum_calls: 5\n",
         )
         .unwrap();
-        assert_eq!(f.policies[0].breaker.as_ref().unwrap().minimum_calls(), 5);
+        assert_eq!(f.policies[0].breaker().unwrap().minimum_calls(), 5);
         let errors = load(
             "p.yaml",
             "policies:\n  a:\n    breaker:\n      minimum_calls: 0\n",

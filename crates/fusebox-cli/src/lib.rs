@@ -12,7 +12,13 @@
 //! - [`replay`]: `fusebox replay --config FILE --calls FILE` runs recorded calls through
 //!   the configured breakers on virtual time with the breaker's own state machine, and
 //!   [`replay::sweep`] compares a grid of thresholds against a labelled incident.
-//! - `fusebox check FILE` validates a policy file ([`config`]) or a scenario.
+//! - `fusebox check FILE` validates a policy file ([`config`]) or a scenario and prints
+//!   each policy's effective settings, each route's with the table that writes each;
+//!   `--json` prints them as a policy file that reads back into the same policies.
+//!
+//! Policies are read and built by the facade's loader ([`fusebox::config`]): drills,
+//! replays and checks use the built [`fusebox::Policy`], and a replay judges each recorded
+//! call with the breaker's own [`fusebox_breaker::judge`].
 //!
 //! Every input problem is an [`input::InputError`] with its file, line, column and reason
 //! (exit code 2); nothing in here panics on input.

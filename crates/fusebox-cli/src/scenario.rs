@@ -78,12 +78,11 @@
 //! known key), values of the wrong type or shape, values out of range, settings that do
 //! not fit together.
 
-use crate::config::{
-    PolicySpec, fmt_duration, locate_problems, policy_from_table, split_path, toml_span,
-};
+use crate::config::{PolicySpec, locate_problems, policy_from_table, split_path, toml_span};
 use crate::input::{InputError, SourceFile};
 use fusebox::config::check::{self, Field, Kind, Node, check_table};
 use fusebox_classify::Validator;
+use fusebox_classify::section::format_duration;
 use std::fmt;
 use std::time::Duration;
 
@@ -146,10 +145,10 @@ impl Latency {
 
     fn describe(&self) -> String {
         match *self {
-            Latency::Fixed(d) => fmt_duration(d),
-            Latency::Uniform(a, b) => format!("{}–{}", fmt_duration(a), fmt_duration(b)),
+            Latency::Fixed(d) => format_duration(d),
+            Latency::Uniform(a, b) => format!("{}–{}", format_duration(a), format_duration(b)),
             Latency::LogNormal { p50, p99 } => {
-                format!("p50 {} p99 {}", fmt_duration(p50), fmt_duration(p99))
+                format!("p50 {} p99 {}", format_duration(p50), format_duration(p99))
             }
         }
     }
@@ -486,7 +485,7 @@ pub fn load_scenario(
         },
     };
     if let Some(policy) = &policy
-        && policy.breaker.is_none()
+        && policy.breaker().is_none()
     {
         p.file(format!(
             "policy {:?} has no breaker: a drill exercises one (add [policy.breaker])",
@@ -695,7 +694,7 @@ fn read_phases(p: &mut Problems<'_>, node: Option<&Node>) -> Vec<Phase> {
             "phases",
             format!(
                 "{} in all; a drill lasts at most an hour",
-                fmt_duration(total)
+                format_duration(total)
             ),
         );
     }
@@ -875,8 +874,8 @@ fn latency(p: &mut Problems<'_>, path: &str, node: &Node) -> Option<Latency> {
                     path,
                     format!(
                         "max ({}) is below min ({})",
-                        fmt_duration(max),
-                        fmt_duration(min)
+                        format_duration(max),
+                        format_duration(min)
                     ),
                 );
             }
@@ -933,7 +932,7 @@ mod tests {
                 .unwrap_or_else(|e| panic!("{name}: {e:?}"));
             assert_eq!(s.name, name);
             assert!(s.duration() <= Duration::from_secs(40), "{name} is short");
-            assert!(s.policy.breaker.is_some());
+            assert!(s.policy.breaker().is_some());
         }
         assert_eq!(BUILTIN[0].0, "brownout", "the default");
     }

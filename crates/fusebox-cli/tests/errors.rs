@@ -294,7 +294,10 @@ fn help_is_complete() {
                 "--json - writes it to standard output",
             ][..],
         ),
-        ("check", &["TOML or YAML", "Every problem is reported"][..]),
+        (
+            "check",
+            &["TOML or YAML", "Every problem is reported", "--json"][..],
+        ),
     ] {
         fusebox(&dir, &[cmd, "--help"])
             .assert_code(0)

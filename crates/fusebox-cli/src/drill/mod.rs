@@ -15,12 +15,12 @@ pub mod report;
 pub mod server;
 pub mod stack;
 
-use crate::config::fmt_duration;
 use crate::input::InputError;
 use crate::scenario::Scenario;
 use bytes::Bytes;
 use fusebox_breaker::{BreakerEvent, EventKind, State};
 use fusebox_classify::ErrorKind;
+use fusebox_classify::section::format_duration;
 use fusebox_redis::{OnRedis, RedisStoreConfig};
 use http::Request;
 use http_body_util::{BodyExt, Empty};
@@ -177,8 +177,8 @@ pub fn transition_line(
     if let Some(open) = t.open_for {
         line.push_str(&format!(
             "  open {} (jitter {})",
-            fmt_duration(Duration::from_millis(open.as_millis() as u64)),
-            fmt_duration(Duration::from_millis(
+            format_duration(Duration::from_millis(open.as_millis() as u64)),
+            format_duration(Duration::from_millis(
                 t.jitter.unwrap_or_default().as_millis() as u64
             ))
         ));
@@ -218,8 +218,8 @@ pub async fn run(
         .map_err(|e| DrillError::Input(InputError::new(format!("bad traffic.path: {e}"))))?;
     let breaker_cfg = scenario
         .policy
-        .breaker
-        .clone()
+        .breaker()
+        .cloned()
         .ok_or_else(|| DrillError::Input(InputError::new("the policy has no breaker")))?;
     let (fthr, sthr) = (
         breaker_cfg.failure_rate_threshold(),
@@ -291,7 +291,7 @@ pub async fn run(
     out(&format!(
         "drill {:?}: {} at {} calls/s (at most {} in flight){}, dependency on http://{}",
         scenario.name,
-        fmt_duration(total),
+        format_duration(total),
         scenario.traffic.rate,
         scenario.traffic.concurrency,
         if replicas_n > 1 {
@@ -339,7 +339,7 @@ pub async fn run(
                 "[{}] ── phase {:?} for {}: {}",
                 clock(elapsed.as_nanos() as u64),
                 p.name,
-                fmt_duration(p.duration),
+                format_duration(p.duration),
                 p.describe()
             ));
         }
@@ -406,8 +406,7 @@ pub async fn run(
     // one, wait for the slowest latency the scenario can produce.
     let drain = scenario
         .policy
-        .timeout
-        .as_ref()
+        .timeout()
         .map_or(Duration::from_secs(30), |t| t.default_timeout() * 2)
         + Duration::from_secs(1);
     let drained =
@@ -417,7 +416,7 @@ pub async fn run(
             "[{}] {} calls still in flight after {}: abandoned",
             clock(ns_since(t0)),
             calls.len(),
-            fmt_duration(drain)
+            format_duration(drain)
         ));
         calls.abort_all();
         while calls.join_next().await.is_some() {}

@@ -8,10 +8,11 @@
 
 use super::stack::Tap;
 use super::{clock, state_name};
-use crate::config::{describe_policy, fmt_duration};
+use crate::config::describe_policy;
 use crate::replay::thousands;
 use crate::scenario::Scenario;
 use fusebox_breaker::{Reason, State, WindowTotals};
+use fusebox_classify::section::format_duration;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -553,9 +554,9 @@ pub fn build(
         tb.dependency_p99_ms = quantile(&mut dep_lat[i], 0.99);
     }
 
-    let cfg = scenario.policy.breaker.as_ref();
+    let cfg = scenario.policy.breaker();
     // The route the drill's traffic takes.
-    let table = &scenario.policy.routes;
+    let table = scenario.policy.routes();
     let path = scenario.traffic.path.split('?').next().unwrap_or("/");
     let route = table.route(table.resolve_path(&scenario.traffic.method, path));
     let thresholds = Thresholds {
@@ -564,13 +565,7 @@ pub fn build(
         slow_call_ms: route.slow_call_threshold().map(|d| d.as_secs_f64() * 1e3),
         timeout_ms: route
             .timeout_duration()
-            .or_else(|| {
-                scenario
-                    .policy
-                    .timeout
-                    .as_ref()
-                    .map(|t| t.default_timeout())
-            })
+            .or_else(|| scenario.policy.timeout().map(|t| t.default_timeout()))
             .map(|d| d.as_secs_f64() * 1e3),
         minimum_calls: cfg.map_or(0, |c| c.minimum_calls()),
         permitted_probes: cfg.map_or(0, |c| c.permitted_probes()),
@@ -814,7 +809,7 @@ fn check_expectations(
 }
 
 fn fmt_ms(v: f64) -> String {
-    fmt_duration(Duration::from_micros((v * 1e3).round() as u64))
+    format_duration(Duration::from_micros((v * 1e3).round() as u64))
 }
 
 /// The summary table, the dependency's side, and the expectations.

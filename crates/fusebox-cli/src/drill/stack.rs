@@ -112,7 +112,7 @@ pub fn build(
         }
     };
     let builder = CircuitBreakerLayer::builder(config)
-        .routes(policy.routes.clone())
+        .routes(policy.routes().clone())
         .on_event(listener);
     let invalid = |e: fusebox_classify::ConfigError| {
         InputError::new(format!(
@@ -133,12 +133,12 @@ fn with_breaker<St: Store>(
     breaker: CircuitBreakerLayer<StandardClassifier, St>,
     tap: &TapFn,
 ) -> Result<Stack, ConfigError> {
-    Ok(match &policy.retry {
+    Ok(match policy.retry() {
         Some(retry) => {
             let (inner, handle, limit) =
                 inner::<ReplayBody<Empty<Bytes>>, St>(policy, breaker, tap)?;
             let layer = RetryBudgetLayer::builder(retry.clone())
-                .routes(policy.routes.clone())
+                .routes(policy.routes().clone())
                 .build()?;
             let service = BoxCloneService::new(layer.layer(inner).map_response(boxed));
             Stack {
@@ -180,9 +180,9 @@ where
             .map_response(boxed)
             .map_err(|e| -> BoxError { Box::new(e) }),
     );
-    if let Some(t) = &policy.timeout {
+    if let Some(t) = policy.timeout() {
         let layer = TimeoutLayer::builder(t.clone())
-            .routes(policy.routes.clone())
+            .routes(policy.routes().clone())
             .build()?;
         svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));
         if t.body_timeout().is_some() {
@@ -197,9 +197,9 @@ where
         req
     }));
     let mut limit = None;
-    if let Some(l) = &policy.limit {
+    if let Some(l) = policy.limit() {
         let layer = ConcurrencyLimitLayer::builder(l.clone())
-            .routes(policy.routes.clone())
+            .routes(policy.routes().clone())
             .build()?;
         limit = Some(layer.handle());
         svc = BoxCloneService::new(layer.layer(svc).map_response(boxed));

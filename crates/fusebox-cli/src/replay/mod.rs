@@ -6,32 +6,40 @@
 //! have succeeded? How long would the dependency have been cut off? Would it have flapped?
 //!
 //! Each call is admitted (or rejected) by the breaker's exact state machine
-//! ([`fusebox_breaker::sim::Simulator`]) at its timestamp, and its outcome — classified by
-//! its route's rules, as the layer would — is recorded when it completes, at timestamp +
-//! latency. Completions wait in a per-breaker event queue ordered by time, so a slow
-//! call's failure lands after the fast calls that started later, as it would live. A
-//! completion at the same instant as a new call is recorded first. A call the breaker
-//! rejects never reaches the dependency: its logged outcome is what the breaker saved (a
-//! failure) or cost (a success). Jitter is seeded (0 unless the file sets `seed`), so a
-//! replay is reproducible. Each transition names the calls-file line of the call that
-//! made it: the call whose completion tripped the breaker, or decided a half-open period,
-//! or that came first after the open wait.
+//! ([`fusebox_breaker::sim::Simulator`]) at its timestamp, and its outcome is recorded
+//! when it completes, at timestamp + latency. The outcome is the live breaker's judgement
+//! ([`fusebox_breaker::judge`]) of the answer the log records — an HTTP status, a gRPC
+//! status (as a trailers-only gRPC response), or the error an error kind stands for — on
+//! the call's route: the route's classifier (its statuses, 429 where the route says
+//! `count_throttling`), and the breaker's `count_overloaded` for calls a concurrency limit
+//! shed. Each result code is judged once per route, when the route is first seen. A call
+//! is slow when its latency is at least the route's slow-call threshold, as the breaker's
+//! route judges it; an ignored outcome (a local rejection, a cancelled call) counts
+//! nothing, its slowness included. Completions wait in a per-breaker event queue ordered
+//! by time, so a slow call's failure lands after the fast calls that started later, as it
+//! would live. A completion at the same instant as a new call is recorded first. A call
+//! the breaker rejects never reaches the dependency: its logged outcome is what the
+//! breaker saved (a failure) or cost (a success). Jitter is seeded (0 unless the file sets
+//! `seed`), so a replay is reproducible. Each transition names the calls-file line of the
+//! call that made it: the call whose completion tripped the breaker, or decided a
+//! half-open period, or that came first after the open wait.
 //!
 //! [`sweep`] replays the same calls over a grid of thresholds.
 
 pub mod calls;
 pub mod sweep;
 
-use crate::config::{BreakerOverrides, Policies, PolicySpec, fmt_duration};
+use crate::config::{BreakerOverrides, Policies, PolicySpec};
 use crate::input::InputError;
-use calls::{CallReader, ERROR_BASE, ERROR_KINDS, Format, GRPC_BASE, RESULT_CODES, TimeStyle};
+use calls::{CallReader, Format, RESULT_CODES, TimeStyle, judge_result};
+use fusebox_breaker::judge::Judged;
 use fusebox_breaker::sim::{Recorded, Simulator};
 use fusebox_breaker::state::{Permit, PermitKind};
 use fusebox_breaker::{
     CircuitBreakerConfig, Reason, State, Transition, WindowConfig, WindowTotals,
 };
-use fusebox_classify::grpc::Code;
-use fusebox_classify::{Nanos, Outcome, RouteId};
+use fusebox_classify::section::format_duration;
+use fusebox_classify::{Nanos, RouteId};
 use serde::Serialize;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt::Write as _;
@@ -47,7 +55,11 @@ struct Class {
     breaker: Option<u16>,
     policy: usize,
     label: String,
+    /// The breaker's judgement of each result code on this route (`SUCCESS`, `FAILURE`,
+    /// `IGNORED`), judged once when the route is first seen.
     outcomes: Box<[u8]>,
+    /// The route's slow-call threshold in nanoseconds (`u64::MAX`: none): a call at least
+    /// this long is slow.
     slow_ns: u64,
 }
 
@@ -163,7 +175,7 @@ impl<'p> Resolver<'p> {
         let policies = self.policies;
         // A key exactly as a policy lists it.
         for (pi, p) in policies.policies.iter().enumerate() {
-            if let Some((id, _, _)) = p.routes.iter().skip(1).find(|(_, name, _)| *name == text) {
+            if let Some((id, _, _)) = p.routes().iter().skip(1).find(|(_, name, _)| *name == text) {
                 return Ok(self.class(pi, id));
             }
         }
@@ -176,7 +188,7 @@ impl<'p> Resolver<'p> {
             && path.starts_with('/')
         {
             for (pi, p) in policies.policies.iter().enumerate() {
-                let id = p.routes.resolve_path(&method, path);
+                let id = p.routes().resolve_path(&method, path);
                 if id != RouteId::DEFAULT {
                     return Ok(self.class(pi, id));
                 }
@@ -205,14 +217,14 @@ impl<'p> Resolver<'p> {
             return c;
         }
         let p = &self.policies.policies[policy];
-        let route = p.routes.route(id);
-        let (breaker, label) = if p.breaker.is_none() {
+        let route = p.routes().route(id);
+        let (breaker, label) = if p.breaker().is_none() {
             (None, p.name.clone())
         } else if p.breaker_per_route() {
             self.next_breaker += 1;
             (
                 Some(self.next_breaker - 1),
-                format!("{}/{}", p.name, p.routes.name(id)),
+                format!("{}/{}", p.name, p.routes().name(id)),
             )
         } else {
             let b = match self.breaker_of_policy[policy] {
@@ -225,25 +237,23 @@ impl<'p> Resolver<'p> {
             };
             (Some(b), p.name.clone())
         };
-        let classifier = route.classifier();
-        let mut outcomes = vec![IGNORED; RESULT_CODES].into_boxed_slice();
-        let code = |o: Outcome| match o {
-            Outcome::Success => SUCCESS,
-            Outcome::Failure => FAILURE,
-            Outcome::Ignored => IGNORED,
-        };
-        for status in 100..=999u16 {
-            if let Ok(s) = http::StatusCode::from_u16(status) {
-                outcomes[usize::from(status)] = code(classifier.http_rules().outcome(s));
-            }
-        }
-        for (i, (_, failure)) in ERROR_KINDS.iter().enumerate() {
-            outcomes[usize::from(ERROR_BASE) + i] = if *failure { FAILURE } else { IGNORED };
-        }
-        for n in 0..17 {
-            outcomes[usize::from(GRPC_BASE) + n] =
-                code(classifier.grpc_rules().outcome(Code::from_i32(n as i32)));
-        }
+        // Every result code judged once, as the breaker judges a live call on this route
+        // (a policy without a breaker judges nothing: its calls are only counted).
+        let count_overloaded = p.breaker().is_some_and(|b| b.count_overloaded());
+        let name = p.routes().name(id);
+        let call = fusebox_classify::Call::new(id, name, &http::Method::GET, true);
+        let outcomes = (0..RESULT_CODES)
+            .map(|code| {
+                let judged = u16::try_from(code)
+                    .ok()
+                    .and_then(|code| judge_result(code, route, &call, count_overloaded));
+                match judged {
+                    Some(Judged::Counted { failure: true, .. }) => FAILURE,
+                    Some(Judged::Counted { failure: false, .. }) => SUCCESS,
+                    Some(Judged::Ignored) | None => IGNORED,
+                }
+            })
+            .collect();
         let slow_ns = self.slow_override.unwrap_or_else(|| {
             route
                 .slow_call_threshold()
@@ -896,16 +906,16 @@ fn describe_breaker(
 ) -> String {
     let window = match c.window() {
         WindowConfig::Count { size } => format!("last {size} calls"),
-        WindowConfig::Time { duration, .. } => format!("last {}", fmt_duration(duration)),
+        WindowConfig::Time { duration, .. } => format!("last {}", format_duration(duration)),
     };
     let slow = match slow_override {
-        Some(d) => fmt_duration(d),
+        Some(d) => format_duration(d),
         None => {
             let mut t: Vec<String> = p
-                .routes
+                .routes()
                 .iter()
                 .filter_map(|(_, _, r)| r.slow_call_threshold())
-                .map(fmt_duration)
+                .map(format_duration)
                 .collect();
             t.dedup();
             if t.is_empty() {
@@ -920,8 +930,8 @@ fn describe_breaker(
         c.minimum_calls(),
         c.failure_rate_threshold(),
         c.slow_call_rate_threshold(),
-        fmt_duration(c.open_wait()),
-        fmt_duration(c.open_wait_jitter()),
+        format_duration(c.open_wait()),
+        format_duration(c.open_wait_jitter()),
         c.permitted_probes()
     )
 }
@@ -972,7 +982,7 @@ pub fn render_report(r: &ReplayReport, max_events: usize) -> String {
         thousands(r.calls),
         format_time(r.start, r.time_style),
         format_time(r.end, r.time_style),
-        fmt_duration(Duration::from_millis(span.as_millis() as u64))
+        format_duration(Duration::from_millis(span.as_millis() as u64))
     );
     if r.unprotected > 0 {
         let _ = writeln!(
@@ -1002,9 +1012,9 @@ pub fn render_report(r: &ReplayReport, max_events: usize) -> String {
             st.openings,
             if st.openings == 1 { "" } else { "s" },
             st.flaps,
-            fmt_duration(Duration::from_millis(st.time_open / 1_000_000)),
+            format_duration(Duration::from_millis(st.time_open / 1_000_000)),
             pct(st.time_open, total),
-            fmt_duration(Duration::from_millis(st.time_half_open / 1_000_000)),
+            format_duration(Duration::from_millis(st.time_half_open / 1_000_000)),
         );
         if b.transitions.is_empty() {
             let _ = writeln!(s, "  never opened");
@@ -1043,9 +1053,17 @@ fn transition_line(t: &TransitionRecord, style: TimeStyle) -> String {
         t.slow_rate
     );
     if let Some(ms) = t.open_ms {
-        let _ = write!(line, "; open {}", fmt_duration(Duration::from_millis(ms)));
+        let _ = write!(
+            line,
+            "; open {}",
+            format_duration(Duration::from_millis(ms))
+        );
         if let Some(j) = t.jitter_ms {
-            let _ = write!(line, " (jitter {})", fmt_duration(Duration::from_millis(j)));
+            let _ = write!(
+                line,
+                " (jitter {})",
+                format_duration(Duration::from_millis(j))
+            );
         }
     }
     line

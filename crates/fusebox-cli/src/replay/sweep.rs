@@ -13,9 +13,10 @@
 
 use super::calls::{CallReader, Format, TimeStyle};
 use super::{Engine, ReplayOptions, Resolved, Resolver, format_time, thousands};
-use crate::config::{BreakerOverrides, Policies, fmt_duration, parse_duration};
+use crate::config::{BreakerOverrides, Policies};
 use crate::input::InputError;
 use fusebox_breaker::WindowConfig;
+use fusebox_classify::section::{format_duration, parse_duration};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -55,7 +56,7 @@ pub fn parse_window(s: &str) -> Result<WindowConfig, String> {
                     format!("bad window {s:?}: the buckets after / must be a number")
                 })?,
             ),
-            None => (rest, 10),
+            None => (rest, WindowConfig::DEFAULT_BUCKETS),
         };
         let duration = parse_duration(d).map_err(|e| format!("bad window {s:?}: {e}"))?;
         return Ok(WindowConfig::Time { duration, buckets });
@@ -68,14 +69,11 @@ pub fn parse_window(s: &str) -> Result<WindowConfig, String> {
 fn window_name(w: WindowConfig) -> String {
     match w {
         WindowConfig::Count { size } => format!("count:{size}"),
-        WindowConfig::Time {
-            duration,
-            buckets: 10,
-        } => {
-            format!("time:{}", fmt_duration(duration))
+        WindowConfig::Time { duration, buckets } if buckets == WindowConfig::DEFAULT_BUCKETS => {
+            format!("time:{}", format_duration(duration))
         }
         WindowConfig::Time { duration, buckets } => {
-            format!("time:{}/{buckets}", fmt_duration(duration))
+            format!("time:{}/{buckets}", format_duration(duration))
         }
     }
 }
@@ -220,7 +218,7 @@ pub fn sweep(
         .policies
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.breaker.is_some())
+        .filter(|(_, p)| p.breaker().is_some())
         .map(|(i, _)| i)
         .collect();
     let index = match &options.policy {
@@ -232,7 +230,7 @@ pub fn sweep(
                 .ok_or_else(|| {
                     InputError::in_file(&policies.file, format!("no policy named {name:?}"))
                 })?;
-            if policies.policies[i].breaker.is_none() {
+            if policies.policies[i].breaker().is_none() {
                 return Err(InputError::in_file(
                     &policies.file,
                     format!("policy {name:?} has no [breaker] to sweep"),
@@ -401,7 +399,7 @@ fn run_point(
 ) -> SweepRow {
     let mut row = SweepRow {
         failure_rate: overrides.failure_rate_threshold.unwrap_or_default(),
-        slow_call_duration: slow.map(fmt_duration),
+        slow_call_duration: slow.map(format_duration),
         slow_rate: overrides.slow_call_rate_threshold.unwrap_or_default(),
         minimum_calls: overrides.minimum_calls.unwrap_or_default(),
         window: overrides.window.map(window_name).unwrap_or_default(),
@@ -498,7 +496,7 @@ pub fn render_sweep(r: &SweepReport) -> String {
             "incident {} .. {}: a setting is marked ✓ when it opened within {} of the start and never outside the incident",
             format_time(a, r.time_style),
             format_time(b, r.time_style),
-            fmt_duration(r.within)
+            format_duration(r.within)
         );
     }
     let _ = writeln!(s);
@@ -551,10 +549,10 @@ pub fn render_sweep(r: &SweepReport) -> String {
             );
             continue;
         }
-        let open = fmt_duration(Duration::from_millis(row.time_open / 1_000_000));
+        let open = format_duration(Duration::from_millis(row.time_open / 1_000_000));
         if incident {
             let detected = match row.detected_after {
-                Some(d) => format!("+{}", fmt_duration(Duration::from_millis(d / 1_000_000))),
+                Some(d) => format!("+{}", format_duration(Duration::from_millis(d / 1_000_000))),
                 None => "never".into(),
             };
             let _ = writeln!(

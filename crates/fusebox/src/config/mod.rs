@@ -118,6 +118,15 @@
 //! listeners, a custom breaker key) before building. Building a policy whose routes ask for
 //! a fallback without giving one is an error.
 //!
+//! # What a policy ends up with
+//!
+//! [`PolicyFile::explain`] lists a policy's routes with their effective settings and where
+//! each comes from (the route, the defaults' route, the default route, the defaults'
+//! default route, or the built-in default). A built policy writes back as a file
+//! ([`PolicyFileSection`]: every setting written out) that reads back into the same
+//! policy; written as JSON, it is read as YAML (`.json` files load through the YAML
+//! reader).
+//!
 //! # Example
 //!
 //! ```
@@ -152,10 +161,12 @@
 //! ```
 
 pub mod check;
+mod explain;
 mod node;
 mod read;
 mod write;
 
+pub use self::explain::{Origin, RouteExplanation};
 pub use self::write::{PolicyFileSection, PolicySection};
 
 use self::check::{join, unknown_key_among};
@@ -164,7 +175,9 @@ use self::read::load;
 use crate::policy::{BreakerStore, Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
 use fusebox_breaker::{BreakerEvent, CircuitBreakerSection};
 use fusebox_classify::section::{RouteSection, Section, count, duration};
-use fusebox_classify::{ConfigError, Problem, Route, RouteTable, Validator};
+use fusebox_classify::{
+    ConfigError, Problem, Route, RouteTable, RouteTableBuilder, StandardClassifier, Validator,
+};
 use fusebox_limit::LimitSection;
 use fusebox_retry::RetrySection;
 use fusebox_timeout::TimeoutSection;
@@ -204,24 +217,43 @@ impl PolicyFile {
         PolicyFile::from_node(root)
     }
 
-    /// Reads and checks a policy file, TOML or YAML by its extension (`.toml`, `.yaml`,
-    /// `.yml`).
+    /// Reads and checks a policy file written in `syntax`
+    /// ([`from_toml`](PolicyFile::from_toml) or [`from_yaml`](PolicyFile::from_yaml)); an
+    /// error if the syntax's feature is not enabled.
+    pub fn parse(text: &str, syntax: Syntax) -> Result<PolicyFile, ConfigError> {
+        match syntax {
+            #[cfg(feature = "toml")]
+            Syntax::Toml => PolicyFile::from_toml(text),
+            #[cfg(feature = "yaml")]
+            Syntax::Yaml => PolicyFile::from_yaml(text),
+            #[allow(unreachable_patterns)]
+            other => Err(ConfigError::new(
+                "file",
+                format!("is {other}, which this build does not read (its feature is off)"),
+            )),
+        }
+    }
+
+    /// Reads and checks a policy file, TOML or YAML by its extension
+    /// ([`Syntax::of_path`]: `.toml`, `.yaml`, `.yml`; `.json` is read as the YAML it is).
     pub fn load(path: impl AsRef<Path>) -> Result<PolicyFile, ConfigError> {
         let path = path.as_ref();
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::new(shown.clone(), format!("cannot be read: {e}")))?;
-        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let parsed = match ext {
-            #[cfg(feature = "toml")]
-            "toml" => PolicyFile::from_toml(&text),
-            #[cfg(feature = "yaml")]
-            "yaml" | "yml" => PolicyFile::from_yaml(&text),
-            other => Err(ConfigError::new(
+        let parsed = match Syntax::of_path(path) {
+            Some(syntax) if SUPPORTED.contains(&syntax) => PolicyFile::parse(&text, syntax),
+            _ => Err(ConfigError::new(
                 "file",
                 format!(
-                    "has extension {other:?}: expected one of {}",
-                    SUPPORTED.join(", ")
+                    "has extension {:?}: expected one of {}",
+                    path.extension().and_then(|e| e.to_str()).unwrap_or(""),
+                    SUPPORTED
+                        .iter()
+                        .flat_map(|s| s.extensions())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )),
         };
@@ -363,13 +395,59 @@ impl PolicyFile {
 }
 
 #[cfg(all(feature = "toml", feature = "yaml"))]
-const SUPPORTED: &[&str] = &["toml", "yaml", "yml"];
+const SUPPORTED: &[Syntax] = &[Syntax::Toml, Syntax::Yaml];
 #[cfg(all(feature = "toml", not(feature = "yaml")))]
-const SUPPORTED: &[&str] = &["toml"];
+const SUPPORTED: &[Syntax] = &[Syntax::Toml];
 #[cfg(all(feature = "yaml", not(feature = "toml")))]
-const SUPPORTED: &[&str] = &["yaml", "yml"];
+const SUPPORTED: &[Syntax] = &[Syntax::Yaml];
 #[cfg(not(any(feature = "toml", feature = "yaml")))]
-const SUPPORTED: &[&str] = &[];
+const SUPPORTED: &[Syntax] = &[];
+
+/// The syntax a policy file is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    /// TOML (feature `toml`).
+    Toml,
+    /// YAML (feature `yaml`), and JSON, which is YAML: a file written as JSON (`fusebox
+    /// check --json`) reads as one.
+    Yaml,
+}
+
+impl Syntax {
+    /// The syntax of a file by its extension, in any case: `.toml`; `.yaml`, `.yml` and
+    /// `.json`. `None` for any other.
+    ///
+    /// ```
+    /// use fusebox::config::Syntax;
+    ///
+    /// assert_eq!(Syntax::of_path("fusebox.toml"), Some(Syntax::Toml));
+    /// assert_eq!(Syntax::of_path("effective.JSON"), Some(Syntax::Yaml));
+    /// assert_eq!(Syntax::of_path("policies.ini"), None);
+    /// ```
+    pub fn of_path(path: impl AsRef<Path>) -> Option<Syntax> {
+        let ext = path.as_ref().extension()?.to_str()?;
+        [Syntax::Toml, Syntax::Yaml]
+            .into_iter()
+            .find(|s| s.extensions().iter().any(|e| e.eq_ignore_ascii_case(ext)))
+    }
+
+    /// The extensions of files in this syntax.
+    pub fn extensions(self) -> &'static [&'static str] {
+        match self {
+            Syntax::Toml => &["toml"],
+            Syntax::Yaml => &["yaml", "yml", "json"],
+        }
+    }
+}
+
+impl fmt::Display for Syntax {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Syntax::Toml => "TOML",
+            Syntax::Yaml => "YAML",
+        })
+    }
+}
 
 fn push(problems: &mut Vec<Problem>, path: impl Into<String>, rule: impl Into<String>) {
     let p = ConfigError::new(path, rule).problems()[0].clone();
@@ -778,8 +856,8 @@ impl Level {
     }
 }
 
-/// The builder a merged policy describes.
-fn describe(name: &str, level: &Level) -> PolicyBuilder {
+/// The route table a merged policy describes, and the routes that ask for the fallback.
+fn route_table(level: &Level) -> (RouteTableBuilder<StandardClassifier>, Vec<String>) {
     let default = level
         .default_route
         .as_ref()
@@ -796,6 +874,12 @@ fn describe(name: &str, level: &Level) -> PolicyBuilder {
         }
         table = table.route(key.as_str(), route.route());
     }
+    (table, fallback)
+}
+
+/// The builder a merged policy describes.
+fn describe(name: &str, level: &Level) -> PolicyBuilder {
+    let (table, fallback) = route_table(level);
     let mut b = Policy::builder(name).routes(table);
     for route in fallback {
         b = b.fallback_route(route);

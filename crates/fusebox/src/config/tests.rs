@@ -630,3 +630,155 @@ fn named_routes_inherit_the_default_route_in_toml() {
 fn named_routes_inherit_the_default_route_in_yaml() {
     check_inheritance(&PolicyFile::from_yaml(INHERITING_YAML).unwrap());
 }
+
+#[cfg(feature = "toml")]
+#[test]
+fn explain_says_where_every_route_setting_comes_from() {
+    let ms = Duration::from_millis;
+    let file = PolicyFile::from_toml(EXAMPLE_TOML).unwrap();
+    let fraud = file.explain("fraud-eu").unwrap();
+    let names: Vec<(&str, bool)> = fraud
+        .iter()
+        .map(|r| (r.route.as_str(), r.default))
+        .collect();
+    // In table order (a TOML file's tables are read in the order of their keys).
+    assert_eq!(
+        names,
+        [
+            ("default", true),
+            ("GET /rules/{version}", false),
+            ("POST /score", false)
+        ]
+    );
+    let (default, rules, score) = (&fraud[0], &fraud[1], &fraud[2]);
+    // The policy's default route over the defaults' one.
+    assert_eq!(default.section.slow_call_duration, Some(Some(ms(300))));
+    assert_eq!(default.origin("slow_call_duration"), Origin::DefaultRoute);
+    assert_eq!(default.origin("timeout"), Origin::BuiltIn);
+    assert_eq!(default.section.timeout, None);
+    // Named routes: their own keys, and what they inherit from the default route.
+    assert_eq!(score.section.slow_call_duration, Some(Some(ms(300))));
+    assert_eq!(score.origin("slow_call_duration"), Origin::DefaultRoute);
+    assert_eq!(
+        (score.section.timeout, score.origin("timeout")),
+        (Some(Some(ms(250))), Origin::Route)
+    );
+    assert_eq!(
+        (
+            score.section.count_throttling,
+            score.origin("count_throttling")
+        ),
+        (Some(true), Origin::Route)
+    );
+    assert_eq!(score.section.retry, Some(false));
+    assert_eq!(rules.section.slow_call_duration, Some(Some(ms(300))));
+    assert_eq!(rules.origin("fallback"), Origin::Route);
+    assert_eq!(
+        Origin::Route
+            .table("policies.fraud-eu", &rules.route)
+            .as_deref(),
+        Some("policies.fraud-eu.routes[\"GET /rules/{version}\"]")
+    );
+
+    let inventory = file.explain("inventory").unwrap();
+    let stock = &inventory[1];
+    assert_eq!(stock.route, "GET /stock/{sku}");
+    assert_eq!(stock.section.slow_call_duration, Some(Some(ms(1000))));
+    assert_eq!(
+        stock.origin("slow_call_duration"),
+        Origin::DefaultsDefaultRoute
+    );
+    assert_eq!(
+        Origin::DefaultsDefaultRoute
+            .table("policies.inventory", &stock.route)
+            .as_deref(),
+        Some("defaults.default_route")
+    );
+    assert_eq!(
+        (
+            stock.section.failure_statuses.clone(),
+            stock.origin("failure_statuses")
+        ),
+        (Some(vec![409]), Origin::Route)
+    );
+    assert_eq!(stock.origin("retry"), Origin::BuiltIn);
+
+    // A route of the defaults, merged key by key with the policy's route of the same key.
+    let file = PolicyFile::from_toml(
+        r#"
+        [defaults.routes."GET /x"]
+        count_throttling = true
+        timeout = "1s"
+        [policies.a.routes."GET /x"]
+        timeout = "2s"
+        [policies.a.default_route]
+        retry = false
+        "#,
+    )
+    .unwrap();
+    let x = &file.explain("a").unwrap()[1];
+    assert_eq!(
+        x.origins,
+        [
+            ("timeout".to_owned(), Origin::Route),
+            ("count_throttling".to_owned(), Origin::DefaultsRoute),
+            ("retry".to_owned(), Origin::DefaultRoute),
+        ]
+    );
+    assert_eq!(x.section.timeout, Some(Some(ms(2000))));
+    assert_eq!(x.section.count_throttling, Some(true));
+    assert_eq!(x.section.retry, Some(false));
+    assert_eq!(
+        Origin::DefaultsRoute
+            .table("policies.a", &x.route)
+            .as_deref(),
+        Some("defaults.routes[\"GET /x\"]")
+    );
+    assert_eq!(Origin::BuiltIn.table("policies.a", &x.route), None);
+    assert!(
+        problems(&file.explain("b").unwrap_err())[0].contains("has no policy named \"b\""),
+        "an unknown policy is the problem `policy` reports"
+    );
+}
+
+#[cfg(feature = "yaml")]
+#[test]
+fn a_json_file_is_read_as_yaml() {
+    let path = std::env::temp_dir().join(format!("fusebox-config-{}.json", std::process::id()));
+    std::fs::write(
+        &path,
+        r#"{"policies": {"a": {"breaker": {"minimum_calls": 5}}}}"#,
+    )
+    .unwrap();
+    let loaded = PolicyFile::load(&path);
+    let _ = std::fs::remove_file(&path);
+    let policy = loaded.unwrap().build("a").unwrap();
+    assert_eq!(policy.breaker_config().map(|b| b.minimum_calls()), Some(5));
+}
+
+#[cfg(all(feature = "toml", feature = "yaml"))]
+#[test]
+fn the_syntax_is_the_extensions_in_any_case() {
+    let dir = std::env::temp_dir().join(format!("fusebox-syntax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        PolicyFile::load(&path)
+    };
+    let toml = file("a.TOML", "[policies.a.breaker]\nminimum_calls = 5\n");
+    let json = file("a.Json", r#"{"policies": {"a": {}}}"#);
+    let ini = file("a.ini", "[policies.a]\n");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(toml.is_ok(), "{toml:?}");
+    assert!(json.is_ok(), "{json:?}");
+    assert_eq!(
+        problems(&ini.unwrap_err()),
+        [format!(
+            "{}: has extension \"ini\": expected one of toml, yaml, yml, json",
+            dir.join("a.ini").display()
+        )]
+    );
+    assert_eq!(Syntax::of_path("x.yml"), Some(Syntax::Yaml));
+    assert_eq!(Syntax::of_path("x"), None);
+}

@@ -1,5 +1,15 @@
 //! The result codes of recorded calls: an HTTP status, an error kind or a gRPC code, each
-//! one number below [`RESULT_CODES`], and the words a log writes them with.
+//! one number below [`RESULT_CODES`], the words a log writes them with, and the answer each
+//! stands for, which the breaker judges ([`judge_result`]) as it judges a live call.
+
+use fusebox_breaker::judge::{Answer, Judged, judge};
+use fusebox_classify::error::{
+    BudgetExhausted, CircuitOpen, DeadlineExceeded, Elapsed, Overloaded,
+};
+use fusebox_classify::{BoxError, Call, Route, StandardClassifier};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use std::io;
+use std::time::Duration;
 
 /// Result codes: HTTP statuses are themselves; error kinds and gRPC codes come after.
 pub(crate) const ERROR_BASE: u16 = 1000;
@@ -8,23 +18,103 @@ pub(crate) const GRPC_BASE: u16 = 1100;
 /// One past the largest result code.
 pub(crate) const RESULT_CODES: usize = GRPC_BASE as usize + 17;
 
-/// The error kinds a log may name, in code order, and whether each is a failure of the
-/// dependency (`true`) or says nothing about it (`false`: ignored).
-pub(crate) const ERROR_KINDS: [(&str, bool); 13] = [
-    ("timeout", true),
-    ("reset", true),
-    ("refused", true),
-    ("connect_timeout", true),
-    ("connect_error", true),
-    ("tls", true),
-    ("eof", true),
-    ("error", true),
-    ("cancelled", false),
-    ("circuit_open", false),
-    ("overloaded", false),
-    ("deadline_exceeded", false),
-    ("rejected", false),
+/// How a call that a log records as an error kind ended, as the breaker saw it.
+pub(crate) enum Ending {
+    /// The service the breaker wraps answered with this error.
+    Error(BoxError),
+    /// The caller gave up.
+    Cancelled,
+}
+
+fn io_error(kind: io::ErrorKind) -> Ending {
+    Ending::Error(Box::new(io::Error::from(kind)))
+}
+
+/// Makes the ending an error kind stands for.
+type MakeEnding = fn() -> Ending;
+
+/// The error kinds a log may name, in code order, each with the error the breaker would
+/// have seen: fusebox's own errors for its own rejections and timeouts, the `io::Error`
+/// of a transport failure, and a plain error for anything else.
+pub(crate) const ERROR_KINDS: [(&str, MakeEnding); 13] = [
+    ("timeout", || {
+        Ending::Error(Box::new(Elapsed::new("recorded".into(), Duration::ZERO)))
+    }),
+    ("reset", || io_error(io::ErrorKind::ConnectionReset)),
+    ("refused", || io_error(io::ErrorKind::ConnectionRefused)),
+    ("connect_timeout", || io_error(io::ErrorKind::TimedOut)),
+    ("connect_error", || {
+        Ending::Error(Box::new(io::Error::other("cannot connect")))
+    }),
+    ("tls", || Ending::Error("TLS handshake failed".into())),
+    ("eof", || io_error(io::ErrorKind::UnexpectedEof)),
+    ("error", || Ending::Error("the call failed".into())),
+    ("cancelled", || Ending::Cancelled),
+    ("circuit_open", || {
+        Ending::Error(Box::new(CircuitOpen::new(
+            "recorded".into(),
+            None,
+            Duration::ZERO,
+            false,
+        )))
+    }),
+    ("overloaded", || {
+        Ending::Error(Box::new(Overloaded::new(0, Duration::ZERO)))
+    }),
+    ("deadline_exceeded", || {
+        Ending::Error(Box::new(DeadlineExceeded::new()))
+    }),
+    // A retry budget with nothing left: the one local rejection without a word of its own.
+    ("rejected", || {
+        Ending::Error(Box::new(BudgetExhausted::new(Box::new(
+            DeadlineExceeded::new(),
+        ))))
+    }),
 ];
+
+/// How the breaker judges a call on `route` recorded with result `code` (slowness aside:
+/// the call takes no time here), with `count_overloaded`; `None` for a number that is no
+/// result code. An HTTP status is a response with that status and no headers, a gRPC code
+/// a trailers-only gRPC response with that `grpc-status`, an error kind its error.
+pub(crate) fn judge_result(
+    code: u16,
+    route: &Route<StandardClassifier>,
+    call: &Call<'_>,
+    count_overloaded: bool,
+) -> Option<Judged> {
+    let judged = |answer: Answer<'_>| judge(route, call, answer, Duration::ZERO, count_overloaded);
+    if code < ERROR_BASE {
+        let status = StatusCode::from_u16(code).ok()?;
+        let headers = HeaderMap::new();
+        return Some(judged(Answer::Response {
+            status,
+            headers: &headers,
+            trailers: None,
+        }));
+    }
+    if code >= GRPC_BASE {
+        let n = code - GRPC_BASE;
+        if usize::from(n) >= GRPC_NAMES.len() {
+            return None;
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert("grpc-status", HeaderValue::from(n));
+        return Some(judged(Answer::Response {
+            status: StatusCode::OK,
+            headers: &headers,
+            trailers: None,
+        }));
+    }
+    let (_, ending) = ERROR_KINDS.get(usize::from(code - ERROR_BASE))?;
+    Some(match ending() {
+        Ending::Error(error) => judged(Answer::Error(&*error)),
+        Ending::Cancelled => judged(Answer::Cancelled),
+    })
+}
 
 const GRPC_NAMES: [&str; 17] = [
     "ok",

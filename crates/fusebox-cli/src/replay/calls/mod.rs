@@ -57,7 +57,9 @@ mod json;
 mod number;
 mod time;
 
-pub(crate) use codes::{ERROR_BASE, ERROR_KINDS, GRPC_BASE, RESULT_CODES, parse_result};
+#[cfg(test)]
+pub(crate) use codes::{ERROR_BASE, GRPC_BASE};
+pub(crate) use codes::{ERROR_KINDS, RESULT_CODES, judge_result, parse_result};
 use number::{latency_problem, parse_latency};
 pub use time::format_rfc3339;
 pub(crate) use time::{LATEST, TOO_LATE, parse_rfc3339, parse_seconds};
@@ -325,7 +327,9 @@ impl<'a> CallReader<'a> {
     fn backwards(&self, at: u64) -> InputError {
         let reason = format!(
             "timestamps go backwards: this call starts {} before the one above it; sort the file by timestamp",
-            crate::config::fmt_duration(std::time::Duration::from_nanos(self.last_at - at))
+            fusebox_classify::section::format_duration(std::time::Duration::from_nanos(
+                self.last_at - at
+            ))
         );
         match self.place_of(|c| c == Column::Timestamp) {
             Some(place) => self.error_at(place, reason),
@@ -425,7 +429,7 @@ impl<'a> CallReader<'a> {
                 format!(
                     "bad status {:?}: expected an HTTP status (100-999), grpc:CODE, or one of: {}",
                     String::from_utf8_lossy(s),
-                    ERROR_KINDS.map(|k| k.0).join(", ")
+                    ERROR_KINDS.map(|(word, _)| word).join(", ")
                 ),
             )
         })
