@@ -148,10 +148,8 @@ impl PolicySpec {
         let k = self.breaker_keys.as_ref()?;
         let mut b =
             CircuitBreakerConfig::builder().name(k.name.clone().unwrap_or(self.name.clone()));
-        match overrides.window.or(k.window) {
-            Some(WindowConfig::Count { size }) => b = b.count_window(size),
-            Some(WindowConfig::Time { duration, buckets }) => b = b.time_window(duration, buckets),
-            None => {}
+        if let Some(window) = overrides.window.or(k.window) {
+            b = b.window(window);
         }
         if let Some(x) = overrides.minimum_calls.or(k.minimum_calls) {
             b = b.minimum_calls(x);
@@ -617,6 +615,7 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                 WindowConfig::Time { duration, buckets } => {
                     format!("last {} in {buckets} buckets", fmt_duration(duration))
                 }
+                other => format!("{other:?}"),
             };
             let _ = writeln!(
                 s,
@@ -670,6 +669,7 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                 Limit::Fixed(n) => format!("max_concurrency {n}"),
                 Limit::Aimd(_) => "adaptive limit (AIMD)".to_owned(),
                 Limit::Vegas(_) => "adaptive limit (Vegas)".to_owned(),
+                other => format!("{other:?}"),
             };
             let queue = l.queue().map_or_else(
                 || "no queue (fail fast)".to_owned(),

@@ -897,6 +897,7 @@ fn describe_breaker(
     let window = match c.window() {
         WindowConfig::Count { size } => format!("last {size} calls"),
         WindowConfig::Time { duration, .. } => format!("last {}", fmt_duration(duration)),
+        other => format!("{other:?}"),
     };
     let slow = match slow_override {
         Some(d) => fmt_duration(d),

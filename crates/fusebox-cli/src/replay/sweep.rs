@@ -77,6 +77,7 @@ fn window_name(w: WindowConfig) -> String {
         WindowConfig::Time { duration, buckets } => {
             format!("time:{}/{buckets}", fmt_duration(duration))
         }
+        other => format!("{other:?}"),
     }
 }
 
