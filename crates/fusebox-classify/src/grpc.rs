@@ -24,7 +24,7 @@ pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
 /// The gRPC status codes.
 ///
-/// Closed: the codes the gRPC specification defines; any other number reads as `Unknown`.
+/// Closed: gRPC has these seventeen codes; any other number reads as `Unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[allow(missing_docs)]

@@ -32,7 +32,7 @@ use std::sync::LazyLock;
 
 /// How a gRPC-Web body is encoded.
 ///
-/// Closed: the two encodings the gRPC-Web protocol defines.
+/// Closed: gRPC-Web has these two encodings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Encoding {
     /// `application/grpc-web`, `application/grpc-web+proto`, `application/grpc-web+json`:

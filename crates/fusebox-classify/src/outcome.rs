@@ -43,7 +43,7 @@ pub enum RetryHint {
 
 /// A server's request to wait before retrying, from a `Retry-After` header.
 ///
-/// Closed: HTTP defines the header as a delay or a date, and nothing else.
+/// Closed: a `Retry-After` value is a delay or a date, nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryAfter {
     /// `Retry-After: <delay-seconds>`, or gRPC's `grpc-retry-pushback-ms`.
