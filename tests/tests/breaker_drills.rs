@@ -101,11 +101,7 @@ fn edge(t: &Transition) -> (State, State, Reason) {
 }
 
 fn totals(calls: u32, failures: u32, slow: u32) -> WindowTotals {
-    WindowTotals {
-        calls,
-        failures,
-        slow,
-    }
+    WindowTotals::new(calls, failures, slow)
 }
 
 // === Drill 1: latency injection ===

@@ -138,26 +138,26 @@ fn breaker_section() -> impl Strategy<Value = CircuitBreakerSection> {
                 Window::Count(n) => (Some(n), None, None),
                 Window::Time(d, b) => (None, Some(ms(d)), b),
             };
-            CircuitBreakerSection {
-                name,
-                count_window,
-                time_window,
-                time_window_buckets,
-                minimum_calls,
-                failure_rate_threshold: frt,
-                slow_call_rate_threshold: srt,
-                consecutive_failures: consecutive,
-                open_wait: open_wait.map(ms),
-                open_wait_jitter: jitter.map(ms),
-                open_wait_multiplier: multiplier,
-                max_open_wait: max_open.map(ms),
-                permitted_probes: probes,
-                probe_successes: successes,
-                max_half_open_wait: max_half.map(|m| m.map(ms)),
-                on_close,
-                count_overloaded,
-                seed,
-            }
+            let mut section = CircuitBreakerSection::default();
+            section.name = name;
+            section.count_window = count_window;
+            section.time_window = time_window;
+            section.time_window_buckets = time_window_buckets;
+            section.minimum_calls = minimum_calls;
+            section.failure_rate_threshold = frt;
+            section.slow_call_rate_threshold = srt;
+            section.consecutive_failures = consecutive;
+            section.open_wait = open_wait.map(ms);
+            section.open_wait_jitter = jitter.map(ms);
+            section.open_wait_multiplier = multiplier;
+            section.max_open_wait = max_open.map(ms);
+            section.permitted_probes = probes;
+            section.probe_successes = successes;
+            section.max_half_open_wait = max_half.map(|m| m.map(ms));
+            section.on_close = on_close;
+            section.count_overloaded = count_overloaded;
+            section.seed = seed;
+            section
         })
 }
 
@@ -244,23 +244,22 @@ fn limit_section() -> impl Strategy<Value = LimitSection> {
         opt((0u32..12).prop_map(|q| f64::from(q) / 4.0)),
         opt(0u64..120_000),
     )
-        .prop_map(
-            |(vegas, min, max, initial, backoff, x, probe)| AdaptiveSection {
-                algorithm: Some(if vegas {
-                    Algorithm::Vegas
-                } else {
-                    Algorithm::Aimd
-                }),
-                min_limit: min,
-                max_limit: max,
-                initial_limit: initial,
-                backoff_ratio: backoff,
-                additive_increase: (!vegas).then_some(x).flatten(),
-                smoothing: vegas.then_some(x.map(|x| x / 3.0)).flatten(),
-                probe_interval: vegas.then_some(probe.map(ms)).flatten(),
-                ..AdaptiveSection::default()
-            },
-        );
+        .prop_map(|(vegas, min, max, initial, backoff, x, probe)| {
+            let mut section = AdaptiveSection::default();
+            section.algorithm = Some(if vegas {
+                Algorithm::Vegas
+            } else {
+                Algorithm::Aimd
+            });
+            section.min_limit = min;
+            section.max_limit = max;
+            section.initial_limit = initial;
+            section.backoff_ratio = backoff;
+            section.additive_increase = (!vegas).then_some(x).flatten();
+            section.smoothing = vegas.then_some(x.map(|x| x / 3.0)).flatten();
+            section.probe_interval = vegas.then_some(probe.map(ms)).flatten();
+            section
+        });
     let kind = prop_oneof![
         (0u32..100).prop_map(|n| (Some(n), None)),
         adaptive.prop_map(|a| (None, Some(a))),
@@ -277,17 +276,21 @@ fn limit_section() -> impl Strategy<Value = LimitSection> {
         opt(0u32..10),
     )
         .prop_map(
-            |((max, adaptive), name, queue, release, retry_after, log_step)| LimitSection {
-                name,
-                max_concurrency: max,
-                adaptive,
-                queue: queue.map(|(w, d)| QueueSection {
-                    max_waiters: Some(w),
-                    max_wait: Some(ms(d)),
-                }),
-                release,
-                retry_after: retry_after.map(ms),
-                log_step,
+            |((max, adaptive), name, queue, release, retry_after, log_step)| {
+                let mut section = LimitSection::default();
+                section.name = name;
+                section.max_concurrency = max;
+                section.adaptive = adaptive;
+                section.queue = queue.map(|(w, d)| {
+                    let mut queue = QueueSection::default();
+                    queue.max_waiters = Some(w);
+                    queue.max_wait = Some(ms(d));
+                    queue
+                });
+                section.release = release;
+                section.retry_after = retry_after.map(ms);
+                section.log_step = log_step;
+                section
             },
         )
 }
@@ -403,11 +406,13 @@ fn timeout_section() -> impl Strategy<Value = TimeoutSection> {
             Just("bad header".to_owned())
         ]),
     )
-        .prop_map(|(d, body, propagate, header)| TimeoutSection {
-            default_timeout: d.map(ms),
-            body_timeout: body.map(ms),
-            propagate_grpc_timeout: propagate,
-            deadline_header: header,
+        .prop_map(|(d, body, propagate, header)| {
+            let mut section = TimeoutSection::default();
+            section.default_timeout = d.map(ms);
+            section.body_timeout = body.map(ms);
+            section.propagate_grpc_timeout = propagate;
+            section.deadline_header = header;
+            section
         })
 }
 
@@ -453,21 +458,21 @@ fn retry_section() -> impl Strategy<Value = RetrySection> {
         .prop_map(|(a, b)| {
             let (name, ratio, floor, ttl, cutoff, cutoff_calls) = a;
             let (attempts, base, max, retry_after, body, hedge, seed) = b;
-            RetrySection {
-                name,
-                retry_ratio: ratio,
-                min_retries_per_second: floor,
-                ttl: ttl.map(ms),
-                failure_rate_threshold: cutoff,
-                cutoff_minimum_calls: cutoff_calls,
-                max_attempts: attempts,
-                base_delay: base.map(ms),
-                max_delay: max.map(ms),
-                max_retry_after: retry_after.map(ms),
-                max_replay_body_bytes: body,
-                hedge_delay: hedge.map(|h| h.map(ms)),
-                seed,
-            }
+            let mut section = RetrySection::default();
+            section.name = name;
+            section.retry_ratio = ratio;
+            section.min_retries_per_second = floor;
+            section.ttl = ttl.map(ms);
+            section.failure_rate_threshold = cutoff;
+            section.cutoff_minimum_calls = cutoff_calls;
+            section.max_attempts = attempts;
+            section.base_delay = base.map(ms);
+            section.max_delay = max.map(ms);
+            section.max_retry_after = retry_after.map(ms);
+            section.max_replay_body_bytes = body;
+            section.hedge_delay = hedge.map(|h| h.map(ms));
+            section.seed = seed;
+            section
         })
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 /// Which window the breaker judges the dependency by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WindowConfig {
     /// The last `size` calls.
     Count {
@@ -31,6 +32,7 @@ impl WindowConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum OnClose {
     /// Start from an empty window (the default). The probes proved the dependency healthy;
     /// keeping the outage's failures would re-open the breaker on the first few slow or
@@ -290,6 +292,13 @@ impl CircuitBreakerConfigBuilder {
     /// Judge the calls of the last `duration`, in `buckets` slices (1..=3600).
     pub fn time_window(mut self, duration: Duration, buckets: u32) -> Self {
         self.config.window = WindowConfig::Time { duration, buckets };
+        self
+    }
+
+    /// Judge by `window`: [`count_window`](Self::count_window) or
+    /// [`time_window`](Self::time_window) for a window held as a value.
+    pub fn window(mut self, window: WindowConfig) -> Self {
+        self.config.window = window;
         self
     }
 

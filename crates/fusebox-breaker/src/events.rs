@@ -31,6 +31,7 @@ use tokio::sync::broadcast;
 
 /// What happened to a breaker.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BreakerEvent {
     /// The breaker's name.
     pub breaker: Arc<str>,
@@ -40,8 +41,17 @@ pub struct BreakerEvent {
     pub kind: EventKind,
 }
 
+impl BreakerEvent {
+    /// An event of the breaker named `breaker` (and of its `key`, for keyed breakers): for
+    /// custom stores and for tests of listeners.
+    pub fn new(breaker: Arc<str>, key: Option<Arc<str>>, kind: EventKind) -> Self {
+        BreakerEvent { breaker, key, kind }
+    }
+}
+
 /// The kinds of [`BreakerEvent`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum EventKind {
     /// The breaker changed state.
     Transition(Transition),

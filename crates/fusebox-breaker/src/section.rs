@@ -25,8 +25,12 @@ use std::time::Duration;
 /// max_half_open_wait = "none"
 /// on_close = "clear"           # or "keep"
 /// ```
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct CircuitBreakerSection {
     /// The breaker's name (default: the policy's).
     #[serde(default, skip_serializing_if = "Option::is_none")]

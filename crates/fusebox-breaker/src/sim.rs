@@ -42,6 +42,7 @@ pub struct Simulator {
 
 /// What recording a result did.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Recorded {
     /// The breaker stayed as it was.
     Nothing,

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 /// A breaker's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum State {
     /// Calls flow; outcomes fill the window.
     Closed,
@@ -91,6 +92,7 @@ impl fmt::Display for State {
 
 /// Why a transition happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// The window's failure rate reached the threshold.
     FailureRate,
@@ -143,6 +145,7 @@ impl fmt::Display for Reason {
 
 /// One state change, with the evidence behind it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Transition {
     /// The state left.
     pub from: State,
@@ -165,8 +168,54 @@ pub struct Transition {
     pub at: Nanos,
 }
 
+impl Transition {
+    /// A move `from` → `to` for `reason`, entering `generation` (for custom stores that
+    /// report transitions): an empty window, no open wait, no time in `from`, at time zero.
+    /// Set the rest with the `with_` methods or by assigning the fields.
+    pub fn new(from: State, to: State, reason: Reason, generation: u64) -> Self {
+        Transition {
+            from,
+            to,
+            reason,
+            generation,
+            window: WindowTotals::default(),
+            open_for: None,
+            jitter: None,
+            time_in_previous: Duration::ZERO,
+            at: Nanos::ZERO,
+        }
+    }
+
+    /// The same transition with the window's totals as the breaker enters `to`.
+    pub fn with_window(mut self, window: WindowTotals) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The same transition with an open wait (`open_for`, jitter included) and its random
+    /// part (`jitter`): for a transition to OPEN.
+    pub fn with_open_wait(mut self, open_for: Duration, jitter: Duration) -> Self {
+        self.open_for = Some(open_for);
+        self.jitter = Some(jitter);
+        self
+    }
+
+    /// The same transition, having spent `time` in `from`.
+    pub fn with_time_in_previous(mut self, time: Duration) -> Self {
+        self.time_in_previous = time;
+        self
+    }
+
+    /// The same transition, made at `at` (the breaker's clock).
+    pub fn with_at(mut self, at: Nanos) -> Self {
+        self.at = at;
+        self
+    }
+}
+
 /// An operator's order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Command {
     /// Hold the breaker open.
     ForceOpen,
@@ -180,6 +229,7 @@ pub enum Command {
 
 /// What a permit was admitted as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum PermitKind {
     /// A call in CLOSED or METRICS_ONLY: its outcome enters the window.
     Counted,
@@ -215,6 +265,7 @@ impl Permit {
 
 /// A refusal: when to come back, and whether the breaker was probing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rejected {
     /// Time until the breaker may admit calls again.
     pub retry_after: Duration,
@@ -222,8 +273,20 @@ pub struct Rejected {
     pub half_open: bool,
 }
 
+impl Rejected {
+    /// A refusal telling the caller to come back after `retry_after` (for custom stores);
+    /// `half_open`: the breaker was half-open with its probes taken, rather than open.
+    pub fn new(retry_after: Duration, half_open: bool) -> Self {
+        Rejected {
+            retry_after,
+            half_open,
+        }
+    }
+}
+
 /// A breaker's state and window at one moment.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The state.
     pub state: State,
@@ -243,6 +306,45 @@ pub struct Snapshot {
     pub probes_succeeded: u32,
     /// In METRICS_ONLY: whether the breaker would be open now.
     pub would_open: bool,
+}
+
+impl Snapshot {
+    /// A snapshot of a breaker in `state` at `generation` with `window` (for custom
+    /// stores): the rates are the window's, with no open wait left, no probes and no
+    /// shadow trip. Set the rest with the `with_` methods or by assigning the fields.
+    pub fn new(state: State, generation: u64, window: WindowTotals) -> Self {
+        Snapshot {
+            state,
+            generation,
+            window,
+            failure_rate: window.failure_rate(),
+            slow_call_rate: window.slow_rate(),
+            until_half_open: None,
+            probes_admitted: 0,
+            probes_succeeded: 0,
+            would_open: false,
+        }
+    }
+
+    /// The same snapshot with the time left until the breaker starts probing (while OPEN).
+    pub fn with_until_half_open(mut self, until_half_open: Option<Duration>) -> Self {
+        self.until_half_open = until_half_open;
+        self
+    }
+
+    /// The same snapshot with the probes admitted so far and those that succeeded (while
+    /// HALF_OPEN).
+    pub fn with_probes(mut self, admitted: u32, succeeded: u32) -> Self {
+        self.probes_admitted = admitted;
+        self.probes_succeeded = succeeded;
+        self
+    }
+
+    /// The same snapshot, saying whether a METRICS_ONLY breaker would be open now.
+    pub fn with_would_open(mut self, would_open: bool) -> Self {
+        self.would_open = would_open;
+        self
+    }
 }
 
 /// The retry hint given to calls rejected while half-open (at most this; less when

@@ -62,6 +62,7 @@ pub trait Store: Send + Sync + 'static {
 
 /// What a store is made for: one breaker (or one key of a keyed breaker).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct StoreSpec {
     /// The configuration.
     pub config: Arc<CircuitBreakerConfig>,
@@ -71,6 +72,25 @@ pub struct StoreSpec {
     pub clock: Clock,
     /// Where events go.
     pub events: EventSink,
+}
+
+impl StoreSpec {
+    /// A spec for one unkeyed breaker with `config`, reading `clock`, sending its events
+    /// to `events` (for custom [`MakeStore`]s' tests, or a [`MemoryStore`] made by hand).
+    pub fn new(config: Arc<CircuitBreakerConfig>, clock: Clock, events: EventSink) -> Self {
+        StoreSpec {
+            config,
+            key: None,
+            clock,
+            events,
+        }
+    }
+
+    /// The same spec for the breaker of `key` of a keyed breaker.
+    pub fn with_key(mut self, key: impl Into<Arc<str>>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
 }
 
 /// Makes stores: one per breaker, one per key of a keyed breaker.

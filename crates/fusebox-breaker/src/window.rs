@@ -13,6 +13,7 @@ use std::time::Duration;
 
 /// The totals of a window: how many calls it holds, how many failed, how many were slow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
 pub struct WindowTotals {
     /// Calls in the window.
     pub calls: u32,
@@ -23,6 +24,15 @@ pub struct WindowTotals {
 }
 
 impl WindowTotals {
+    /// Totals of `calls` calls, `failures` of them failed and `slow` of them slow.
+    pub const fn new(calls: u32, failures: u32, slow: u32) -> Self {
+        WindowTotals {
+            calls,
+            failures,
+            slow,
+        }
+    }
+
     /// The failure rate in percent (0 when empty), for display. Decisions compare integers.
     pub fn failure_rate(&self) -> f64 {
         rate(self.failures, self.calls)
@@ -220,6 +230,7 @@ impl TimeWindow {
 
 /// Either window, as configured.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Window {
     /// The last N calls.
     Count(CountWindow),

@@ -28,6 +28,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 /// How a response stream ended.
+///
+/// Closed: a body ends, fails or is dropped, and nothing else.
 #[derive(Debug, Clone, Copy)]
 pub enum StreamEnd<'a> {
     /// The stream ended normally, with these trailers (or none).

@@ -102,6 +102,7 @@ pub fn classify_error_chain(error: &(dyn Error + 'static)) -> Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum Protocol {
     /// Decide per response: `content-type: application/grpc...` on a 200 is gRPC
     /// (gRPC-Web, `application/grpc-web...`, included), anything else is HTTP. Costs one

@@ -234,9 +234,11 @@ pub use tower::timeout::error::Elapsed as TowerElapsed;
 /// Which of the errors fusebox knows an error is: the first one found in its `source()`
 /// chain (see the [module docs](self)).
 ///
-/// Exhaustive on purpose: a caller that matches it decides for every kind, so a kind added
-/// here is a compile error wherever it has not been thought about.
+/// Non-exhaustive: fusebox may learn to recognise more errors, and a kind added here is not
+/// a breaking change. A match outside this crate ends with a `_` arm, which decides for
+/// [`Other`](ErrorKind::Other) and for kinds it does not know alike.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub enum ErrorKind<'a> {
     /// A circuit breaker rejected the call without sending it.
     CircuitOpen(&'a CircuitOpen),

@@ -23,6 +23,8 @@ pub const GRPC_STATUS: &str = "grpc-status";
 pub const GRPC_RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
 /// The gRPC status codes.
+///
+/// Closed: gRPC has these seventeen codes; any other number reads as `Unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[allow(missing_docs)]

@@ -31,6 +31,8 @@ use http::{HeaderMap, HeaderValue, header};
 use std::sync::LazyLock;
 
 /// How a gRPC-Web body is encoded.
+///
+/// Closed: gRPC-Web has these two encodings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Encoding {
     /// `application/grpc-web`, `application/grpc-web+proto`, `application/grpc-web+json`:

@@ -8,6 +8,9 @@ use std::time::{Duration, SystemTime};
 /// [`Outcome::Success`] and [`Outcome::Failure`]; [`Outcome::Ignored`] calls enter no window
 /// at all (a cancelled request, a 429 on a route that does not count it, fusebox's own
 /// rejections).
+///
+/// Closed on purpose: the three outcomes are what every window, budget and limit counts, and
+/// a fourth would change what each layer means; match it exhaustively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// The dependency answered correctly (2xx, 3xx, 4xx other than 429 by default).
@@ -24,6 +27,7 @@ pub enum Outcome {
 /// of the request ([`Call::idempotent`](crate::Call::idempotent)) which the retry layer
 /// combines with it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum RetryHint {
     /// Retrying will not help (a 500, a bad answer, or the outcome was not a failure).
     #[default]
@@ -38,6 +42,8 @@ pub enum RetryHint {
 }
 
 /// A server's request to wait before retrying, from a `Retry-After` header.
+///
+/// Closed: a `Retry-After` value is a delay or a date, nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RetryAfter {
     /// `Retry-After: <delay-seconds>`, or gRPC's `grpc-retry-pushback-ms`.
@@ -132,6 +138,9 @@ impl Verdict {
 }
 
 /// What a classifier can tell from a response head.
+///
+/// Closed: a verdict is known from the head or only at the end of the body, the two places
+/// a response carries its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Classified {
     /// The verdict is known from the status line and headers.

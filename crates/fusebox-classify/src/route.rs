@@ -80,6 +80,7 @@ pub struct Route<C = StandardClassifier> {
 /// Which of a route's settings it took from its table's default route (see
 /// [`Route::inherited`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Inherited {
     /// The slow-call threshold.
     pub slow_call_duration: bool,

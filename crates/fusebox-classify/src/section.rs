@@ -500,8 +500,12 @@ use crate::route::Route;
 
 /// A route's part of a policy file (`default_route`, `routes."<key>"`): every key
 /// optional; a named route takes what it does not set from the default route.
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RouteSection {
     /// The route's timeout, or `"none"`.
     #[serde(

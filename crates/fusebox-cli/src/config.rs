@@ -66,11 +66,9 @@ impl BreakerOverrides {
         config: &CircuitBreakerConfig,
     ) -> Result<CircuitBreakerConfig, ConfigError> {
         let mut b = config.to_builder();
-        b = match self.window {
-            Some(WindowConfig::Count { size }) => b.count_window(size),
-            Some(WindowConfig::Time { duration, buckets }) => b.time_window(duration, buckets),
-            None => b,
-        };
+        if let Some(window) = self.window {
+            b = b.window(window);
+        }
         if let Some(x) = self.minimum_calls {
             b = b.minimum_calls(x);
         }
@@ -487,13 +485,14 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                 WindowConfig::Time { duration, buckets } => {
                     format!("last {} in {buckets} buckets", format_duration(duration))
                 }
+                other => format!("{other:?}"),
             };
             let keyed = match p.policy.breaker_key() {
                 None => "",
                 Some(KeyBy::Route) => " (one per route)",
                 Some(KeyBy::Host) => " (one per host)",
                 Some(KeyBy::Authority) => " (one per authority)",
-                Some(KeyBy::Custom(_)) => " (one per key)",
+                Some(_) => " (one per key)",
             };
             let _ = writeln!(
                 s,
@@ -547,6 +546,7 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                 Limit::Fixed(n) => format!("max_concurrency {n}"),
                 Limit::Aimd(_) => "adaptive limit (AIMD)".to_owned(),
                 Limit::Vegas(_) => "adaptive limit (Vegas)".to_owned(),
+                other => format!("{other:?}"),
             };
             let queue = l.queue().map_or_else(
                 || "no queue (fail fast)".to_owned(),

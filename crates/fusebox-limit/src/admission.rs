@@ -65,6 +65,8 @@ use std::task::{Context, Poll, ready};
 use tokio::time::{Instant, Sleep};
 
 /// The limit's answer to one call.
+///
+/// Closed: a call goes now, waits, or is refused; there is no fourth answer to add.
 #[derive(Debug)]
 pub enum Acquire<C> {
     /// A permit: the call may go now.
@@ -237,6 +239,7 @@ pub struct Waiting<S, R, C> {
 
 /// A queued call, admitted: its permit, and the service and request to send.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Dequeued<S, R, C> {
     /// The permit.
     pub admitted: Admitted<C>,

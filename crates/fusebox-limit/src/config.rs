@@ -46,6 +46,7 @@ pub struct ConcurrencyLimitConfig {
 
 /// How the limit is set.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Limit {
     /// A fixed number of calls in flight.
     Fixed(usize),
@@ -62,6 +63,7 @@ pub enum Limit {
     derive(serde::Serialize, serde::Deserialize),
     serde(rename_all = "snake_case")
 )]
+#[non_exhaustive]
 pub enum Release {
     /// When the response head arrives (or the call fails, or its future is dropped). Right
     /// for calls whose body is small or buffered.

@@ -18,8 +18,12 @@ use std::time::Duration;
 /// release = "end_of_body"               # or "response"
 /// retry_after = "1s"
 /// ```
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct LimitSection {
     /// The limit's name (default: the policy's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -47,6 +51,7 @@ pub struct LimitSection {
 /// Which adaptive algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Algorithm {
     /// Additive increase, multiplicative decrease.
     Aimd,
@@ -55,8 +60,12 @@ pub enum Algorithm {
 }
 
 /// `limit.adaptive`: an adaptive limit's algorithm and settings.
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct AdaptiveSection {
     /// `"aimd"` or `"vegas"` (required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,8 +103,12 @@ pub struct AdaptiveSection {
 }
 
 /// `limit.queue`: the bounded queue in front of a full limit.
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct QueueSection {
     /// At most this many calls wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]

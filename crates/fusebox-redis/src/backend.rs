@@ -3,7 +3,7 @@
 //! hears every scope's transitions.
 
 use crate::config::{MAX_SCOPE_PART, RedisStoreConfig, is_valid_scope_part};
-use crate::script::{ConfigArgs, Keys, Op, Reply, invocation};
+use crate::script::{self, ConfigArgs, Keys, Op, Reply, invocation};
 use crate::store::{RedisStore, Shared};
 use fusebox_breaker::store::{MakeStore, StoreSpec};
 use fusebox_breaker::{CircuitBreakerConfig, State};
@@ -144,6 +144,15 @@ impl MakeStore for OnRedis {
         {
             return RedisStore::local(spec);
         }
+        if script::window_args(spec.config.window()).is_none() {
+            // Refused when a layer is built (`check`).
+            tracing::error!(
+                target: "fusebox::redis",
+                breaker = %spec.config.name(),
+                "the breaker's window is not one the Redis store keeps: its state stays in this process",
+            );
+            return RedisStore::local(spec);
+        }
         match config.scope.render(spec.config.name(), spec.key.as_deref()) {
             Some(scope) => RedisStore::shared(Arc::clone(&self.backend), spec, scope),
             None => {
@@ -172,6 +181,12 @@ impl MakeStore for OnRedis {
                     "must name the dependency: the breaker's name {:?}, which it defaults to, is not a valid Redis scope part (1 to {MAX_SCOPE_PART} ASCII letters, digits, '.', '_' or '-')",
                     breaker.name()
                 ),
+            );
+        }
+        if script::window_args(breaker.window()).is_none() {
+            v.fail(
+                "window",
+                "the breaker's window must be a count or a time window: the Redis store keeps no other",
             );
         }
         let shares_keys = !config.shared_keys.is_empty();

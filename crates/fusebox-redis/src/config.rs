@@ -185,6 +185,7 @@ impl fmt::Display for Scope {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum Mode {
     /// One check-and-record script call per finished call, sent in the background; the
     /// reply refreshes the local view. The fleet window is exact; the cost is one round
@@ -202,6 +203,7 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+#[non_exhaustive]
 pub enum Fallback {
     /// Judge by a window of this replica's own calls (a fresh in-memory breaker), until
     /// Redis answers again. A fleet OPEN state known when Redis went away is kept until its

@@ -109,13 +109,9 @@ impl ConfigArgs {
         config: &CircuitBreakerConfig,
         idle_ttl: Duration,
     ) -> ConfigArgs {
-        let (kind, size, buckets) = match config.window() {
-            WindowConfig::Count { size } => ("c", u64::from(size), 0u64),
-            WindowConfig::Time { duration, buckets } => {
-                let buckets = u64::from(buckets.max(1));
-                ("t", (micros(duration) / buckets).max(1), buckets)
-            }
-        };
+        // A window the script does not keep never gets here: `OnRedis` keeps such a breaker
+        // in this process (and refuses it when a layer is built).
+        let (kind, size, buckets) = window_args(config.window()).unwrap_or(("c", 0, 0));
         let args = vec![
             channel.to_owned(),
             kind.to_owned(),
@@ -176,7 +172,7 @@ pub(crate) enum Op {
     /// Give back probe lease `token` of `epoch`.
     Release { epoch: u64, token: String },
     /// An operator's order.
-    Command(fusebox_breaker::Command),
+    Command(&'static str),
 }
 
 impl Op {
@@ -248,16 +244,37 @@ pub(crate) fn invocation<'a>(
         Op::Release { epoch, token } => {
             inv.arg(*epoch).arg(token);
         }
-        Op::Command(c) => {
-            inv.arg(match c {
-                fusebox_breaker::Command::ForceOpen => "f",
-                fusebox_breaker::Command::Disable => "d",
-                fusebox_breaker::Command::MetricsOnly => "m",
-                fusebox_breaker::Command::Reset => "r",
-            });
+        Op::Command(code) => {
+            inv.arg(*code);
         }
     }
     inv
+}
+
+/// A window as the script keeps it: its kind (`"c"`ount or `"t"`ime), its size (calls, or
+/// a bucket's span in microseconds) and its buckets; `None` for a window it does not keep.
+pub(crate) fn window_args(window: WindowConfig) -> Option<(&'static str, u64, u64)> {
+    Some(match window {
+        WindowConfig::Count { size } => ("c", u64::from(size), 0u64),
+        WindowConfig::Time { duration, buckets } => {
+            let buckets = u64::from(buckets.max(1));
+            ("t", (micros(duration) / buckets).max(1), buckets)
+        }
+        _ => return None,
+    })
+}
+
+/// An operator's order as the script names it; `None` for an order it does not know (the
+/// store does not take those).
+pub(crate) fn command_code(command: fusebox_breaker::Command) -> Option<&'static str> {
+    use fusebox_breaker::Command;
+    Some(match command {
+        Command::ForceOpen => "f",
+        Command::Disable => "d",
+        Command::MetricsOnly => "m",
+        Command::Reset => "r",
+        _ => return None,
+    })
 }
 
 /// A state by its number in the script (the same numbers as `State::code`).
@@ -348,11 +365,7 @@ impl Reply {
             now_us: v[3],
             open_until_us: v[4],
             half_open_since_us: v[5],
-            window: WindowTotals {
-                calls: count(v[6]),
-                failures: count(v[7]),
-                slow: count(v[8]),
-            },
+            window: WindowTotals::new(count(v[6]), count(v[7]), count(v[8])),
             leases: count(v[9]),
             probes_succeeded: count(v[10]),
             clean: v[11] != 0,
@@ -466,14 +479,7 @@ mod tests {
             (State::Open, 7, Reason::FailureRate, State::Closed)
         );
         assert!(r.opened);
-        assert_eq!(
-            r.window,
-            WindowTotals {
-                calls: 20,
-                failures: 12,
-                slow: 0
-            }
-        );
+        assert_eq!(r.window, WindowTotals::new(20, 12, 0));
         let text: Vec<String> = v.iter().map(|n| n.to_string()).collect();
         assert_eq!(Reply::parse(&text.join(" ")), Some(r));
         assert_eq!(Reply::parse("1 2 3"), None);

@@ -21,8 +21,12 @@ use std::time::Duration;
 /// fallback = "local"                 # or "fail_open", "fail_closed"
 /// shared_keys = ["shard-1"]          # a keyed breaker's keys the fleet shares
 /// ```
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RedisStoreSection {
     /// The Redis URL (required).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::batch::{Added, BATCH_HIGH, Batch};
 use crate::config::{Fallback, Mode};
-use crate::script::{ConfigArgs, Keys, Op, Reply};
+use crate::script::{self, ConfigArgs, Keys, Op, Reply};
 use fusebox_breaker::events::EventKind;
 use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, OpenJitter, Permit, PermitKind, Rejected};
 use fusebox_breaker::store::StoreSpec;
@@ -439,18 +439,12 @@ impl Shared {
         match v.state {
             State::Closed | State::MetricsOnly => Ok(Permit::new(v.epoch, PermitKind::Counted)),
             State::Disabled => Ok(Permit::new(v.epoch, PermitKind::Untracked)),
-            State::ForcedOpen => Err(Rejected {
-                retry_after: self.spec.config.open_wait(),
-                half_open: false,
-            }),
+            State::ForcedOpen => Err(Rejected::new(self.spec.config.open_wait(), false)),
             State::Open if now < v.open_until => {
                 // The worker claims leases for these calls' successors the moment the
                 // wait ends.
                 self.count_want(&self.demand);
-                Err(Rejected {
-                    retry_after: v.open_until.since(now),
-                    half_open: false,
-                })
+                Err(Rejected::new(v.open_until.since(now), false))
             }
             State::Open | State::HalfOpen => {
                 let epoch = v.epoch;
@@ -470,34 +464,31 @@ impl Shared {
                 };
                 drop(v);
                 self.count_want(&self.want_lease);
-                Err(Rejected {
-                    retry_after,
-                    half_open: true,
-                })
+                Err(Rejected::new(retry_after, true))
             }
+            // The view holds only the states the script names (`state_from_code`); were it
+            // ever another, rejecting is the safe answer.
+            _ => Err(Rejected::new(self.spec.config.open_wait(), false)),
         }
     }
 
     fn acquire_fallback(&self) -> Result<Permit, Rejected> {
         match self.fallback {
             Fallback::FailOpen => Ok(Permit::new(0, PermitKind::Untracked)),
-            Fallback::FailClosed => Err(Rejected {
-                retry_after: self.backend.config.retry_interval,
-                half_open: false,
-            }),
+            Fallback::FailClosed => Err(Rejected::new(self.backend.config.retry_interval, false)),
             Fallback::Local => {
                 let hold = self.hold_until.load(Ordering::Acquire);
                 if hold != 0 {
                     let now = self.spec.clock.now();
                     if now.0 < hold {
-                        return Err(Rejected {
-                            retry_after: if hold == u64::MAX {
+                        return Err(Rejected::new(
+                            if hold == u64::MAX {
                                 self.spec.config.open_wait()
                             } else {
                                 Nanos(hold).since(now)
                             },
-                            half_open: false,
-                        });
+                            false,
+                        ));
                     }
                 }
                 let local = self.local.read().unwrap_or_else(PoisonError::into_inner);
@@ -538,7 +529,6 @@ impl Shared {
             return;
         }
         match permit.kind() {
-            PermitKind::Untracked => {}
             PermitKind::Counted => {
                 let word = this.word.load(Ordering::Acquire);
                 if word >> CODE_BITS != permit.generation() || !matches!(word & 0xff, 0 | 5) {
@@ -554,6 +544,8 @@ impl Shared {
                 }
             }
             PermitKind::Probe => Self::record_probe(this, permit, failure, slow),
+            // Untracked, and any kind this store does not grant: nothing to record.
+            _ => {}
         }
     }
 
@@ -688,6 +680,14 @@ impl Shared {
     // === operators and snapshots ===
 
     fn command(&self, command: Command) {
+        if script::command_code(command).is_none() {
+            tracing::warn!(
+                target: "fusebox::redis",
+                ?command,
+                "an order the Redis store does not know; ignored"
+            );
+            return;
+        }
         *lock(&self.pending) = Some(command);
         if !self.healthy.load(Ordering::Acquire) {
             // Obeyed locally now, and in Redis when it answers again.
@@ -730,39 +730,21 @@ impl Shared {
             };
             let v = lock(&self.view);
             let state = state.unwrap_or(v.state);
-            return Snapshot {
-                state,
-                generation: v.epoch,
-                window: WindowTotals::default(),
-                failure_rate: 0.0,
-                slow_call_rate: 0.0,
-                until_half_open: (state == State::Open)
+            return Snapshot::new(state, v.epoch, WindowTotals::default()).with_until_half_open(
+                (state == State::Open)
                     .then(|| Nanos(self.hold_until.load(Ordering::Acquire)).since(now)),
-                probes_admitted: 0,
-                probes_succeeded: 0,
-                would_open: false,
-            };
+            );
         }
         let v = lock(&self.view);
-        Snapshot {
-            state: v.state,
-            generation: v.epoch,
-            window: v.window,
-            failure_rate: v.window.failure_rate(),
-            slow_call_rate: v.window.slow_rate(),
-            until_half_open: (v.state == State::Open).then(|| v.open_until.since(now)),
-            probes_admitted: if v.state == State::HalfOpen {
-                v.live_leases + v.probes_succeeded
-            } else {
-                0
-            },
-            probes_succeeded: if v.state == State::HalfOpen {
-                v.probes_succeeded
-            } else {
-                0
-            },
-            would_open: v.would_open,
-        }
+        let (probes_admitted, probes_succeeded) = if v.state == State::HalfOpen {
+            (v.live_leases + v.probes_succeeded, v.probes_succeeded)
+        } else {
+            (0, 0)
+        };
+        Snapshot::new(v.state, v.epoch, v.window)
+            .with_until_half_open((v.state == State::Open).then(|| v.open_until.since(now)))
+            .with_probes(probes_admitted, probes_succeeded)
+            .with_would_open(v.would_open)
     }
 
     // === talking to Redis ===
@@ -960,17 +942,16 @@ impl Shared {
                     _ => None,
                 };
                 if let Some(from) = from {
-                    events.push(EventKind::Transition(Transition {
-                        from,
-                        to: r.state,
-                        reason: r.reason,
-                        generation: r.epoch,
-                        window: r.window,
-                        open_for: (r.state == State::Open).then(|| micros(r.open_for_us)),
-                        jitter: (r.state == State::Open).then(|| micros(r.jitter_us)),
-                        time_in_previous: micros(r.entered_us.saturating_sub(r.prev_entered_us)),
-                        at,
-                    }));
+                    let mut t = Transition::new(from, r.state, r.reason, r.epoch)
+                        .with_window(r.window)
+                        .with_time_in_previous(micros(
+                            r.entered_us.saturating_sub(r.prev_entered_us),
+                        ))
+                        .with_at(at);
+                    if r.state == State::Open {
+                        t = t.with_open_wait(micros(r.open_for_us), micros(r.jitter_us));
+                    }
+                    events.push(EventKind::Transition(t));
                 }
                 v.reported = Some(key);
                 if r.state == State::MetricsOnly
@@ -1022,6 +1003,8 @@ impl Shared {
                     .spec
                     .events
                     .shadow_trip(key, would_open, reason, window),
+                // This function makes no other kind.
+                _ => {}
             }
         }
         if r.window.failures > 0 || r.window.slow > 0 {

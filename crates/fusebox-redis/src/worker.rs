@@ -10,7 +10,7 @@
 //! dropped.
 
 use crate::batch::tag;
-use crate::script::Op;
+use crate::script::{self, Op};
 use crate::store::{Lease, Shared};
 use fusebox_breaker::State;
 use std::sync::Arc;
@@ -117,8 +117,9 @@ async fn step(s: &Arc<Shared>, t: &mut Timers) {
 
     // An operator's order.
     let pending = s.pending.lock().ok().and_then(|mut p| p.take());
-    if let Some(command) = pending {
-        match s.call(&Op::Command(command)).await {
+    // (`Shared::command` takes only orders the script knows.)
+    if let Some((command, code)) = pending.and_then(|c| Some((c, script::command_code(c)?))) {
+        match s.call(&Op::Command(code)).await {
             Some(reply) => s.apply_now(&reply),
             None => {
                 if let Ok(mut p) = s.pending.lock() {

@@ -146,6 +146,7 @@ struct Cutoff {
 
 /// The counts in the window at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct BudgetSnapshot {
     /// Requests (deposits) in the window.
     pub requests: u64,

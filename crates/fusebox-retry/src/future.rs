@@ -346,9 +346,10 @@ fn after_failure<C, S, D>(
     shared.budget.record(verdict.outcome());
     let hint = verdict.retry();
     let wanted = match hint {
-        RetryHint::Never => false,
         RetryHint::NotSent => true,
         RetryHint::Retryable | RetryHint::After(_) => meta.idempotent(),
+        // Never, and any hint this layer does not know: not retried.
+        _ => false,
     };
     let Some(replay) = replay.filter(|_| wanted) else {
         return Step::Return;

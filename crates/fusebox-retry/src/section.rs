@@ -21,8 +21,12 @@ use std::time::Duration;
 /// max_delay = "1s"
 /// hedge_delay = "none"
 /// ```
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RetrySection {
     /// The budget's name (default: the policy's).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,8 +16,12 @@ use std::time::Duration;
 /// propagate_grpc_timeout = true    # send the remaining time downstream
 /// deadline_header = "x-request-timeout-ms"
 /// ```
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct TimeoutSection {
     /// The timeout of routes that set none.
     #[serde(default, skip_serializing_if = "Option::is_none", with = "duration")]
@@ -78,8 +82,12 @@ impl Section for TimeoutSection {
 
 /// The incoming-deadline layer's settings (server side): every key optional, unknown keys
 /// refused.
+///
+/// Keys may be added: in code, start from `Default::default()` and set the fields you
+/// need.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct DeadlineSection {
     /// Read the caller's `grpc-timeout`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -327,7 +327,8 @@ pub fn fusebox_response(error: &(dyn Error + 'static)) -> Option<Response> {
             Some(plain(StatusCode::GATEWAY_TIMEOUT, "gateway timeout", None))
         }
         ErrorKind::BudgetExhausted(exhausted) => fusebox_response(exhausted.last()),
-        ErrorKind::Io(_) | ErrorKind::Other => None,
+        // An I/O error, no error of fusebox's, or one this function does not know.
+        _ => None,
     }
 }
 

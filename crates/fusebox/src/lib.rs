@@ -26,7 +26,9 @@
 //! | `full` | all of the above |
 //!
 //! Every layer drops into `tower::ServiceBuilder`, in axum and tonic servers and around
-//! outbound hyper clients. fusebox's own errors ([`CircuitOpen`](error::CircuitOpen),
+//! outbound hyper clients, with `.layer(..)` or with the methods [`ServiceBuilderExt`] adds
+//! (`.circuit_breaker(config)`, `.fusebox_concurrency_limit(config)`,
+//! `.fusebox_timeout(config)`, `.retry_budget(config)`, `.policy(policy)`). fusebox's own errors ([`CircuitOpen`](error::CircuitOpen),
 //! [`Elapsed`](error::Elapsed), ...) travel as [`BoxError`] and are found by downcasting.
 //!
 //! # One breaker for a fleet (feature `redis`)
@@ -138,6 +140,21 @@ pub use crate::policy::{
     BreakerStore, Fallback, FallbackContext, FallbackReason, KeyBy, Policy, PolicyBody,
     PolicyBuilder, PolicyService, RecoveryRamp,
 };
+
+#[cfg(any(
+    feature = "breaker",
+    feature = "limit",
+    feature = "timeout",
+    feature = "retry"
+))]
+mod builder;
+#[cfg(any(
+    feature = "breaker",
+    feature = "limit",
+    feature = "timeout",
+    feature = "retry"
+))]
+pub use crate::builder::ServiceBuilderExt;
 
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]

@@ -113,7 +113,8 @@ pub fn status_of(error: &(dyn Error + 'static)) -> Option<Status> {
         ErrorKind::TowerElapsed(e) => Some(Status::new(Code::DeadlineExceeded, e.to_string())),
         ErrorKind::DeadlineExceeded(e) => Some(Status::new(Code::DeadlineExceeded, e.to_string())),
         ErrorKind::BudgetExhausted(exhausted) => status_of(exhausted.last()),
-        ErrorKind::Io(_) | ErrorKind::Other => None,
+        // An I/O error, no error of fusebox's, or one this function does not know.
+        _ => None,
     }
 }
 

@@ -137,6 +137,7 @@ pub fn state_name(s: State) -> &'static str {
         State::ForcedOpen => "FORCED_OPEN",
         State::Disabled => "DISABLED",
         State::MetricsOnly => "METRICS_ONLY",
+        other => other.as_str(),
     }
 }
 
@@ -197,7 +198,8 @@ fn outcome_of_error(e: &(dyn std::error::Error + 'static)) -> CallOutcome {
             CallOutcome::Timeout
         }
         ErrorKind::BudgetExhausted(exhausted) => outcome_of_error(exhausted.last()),
-        ErrorKind::Io(_) | ErrorKind::Other => CallOutcome::ConnectionError,
+        // An I/O error, or any other: the call did not get an answer.
+        _ => CallOutcome::ConnectionError,
     }
 }
 

@@ -907,6 +907,7 @@ fn describe_breaker(
     let window = match c.window() {
         WindowConfig::Count { size } => format!("last {size} calls"),
         WindowConfig::Time { duration, .. } => format!("last {}", format_duration(duration)),
+        other => format!("{other:?}"),
     };
     let slow = match slow_override {
         Some(d) => format_duration(d),

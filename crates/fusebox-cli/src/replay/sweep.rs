@@ -75,6 +75,7 @@ fn window_name(w: WindowConfig) -> String {
         WindowConfig::Time { duration, buckets } => {
             format!("time:{}/{buckets}", format_duration(duration))
         }
+        other => format!("{other:?}"),
     }
 }
 

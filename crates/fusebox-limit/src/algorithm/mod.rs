@@ -35,6 +35,7 @@ use std::time::Duration;
 
 /// One finished call, as an adaptive algorithm sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Sample {
     /// When the call was admitted (it held a permit from then on).
     pub start: Nanos,

@@ -37,12 +37,7 @@ fn make(redis: RedisStoreConfig) -> (RedisStore, broadcast::Receiver<BreakerEven
     let config = breaker();
     let events = EventSink::new(Arc::from(config.name()), Vec::new());
     let rx = events.subscribe();
-    let store = OnRedis::new(redis).make_store(StoreSpec {
-        config,
-        key: None,
-        clock: Clock::new(),
-        events,
-    });
+    let store = OnRedis::new(redis).make_store(StoreSpec::new(config, Clock::new(), events));
     (store, rx)
 }
 
@@ -66,11 +61,7 @@ fn open(epoch: u64, now_us: i64, wait: Duration) -> Reply {
     r.open_for_us = i64::try_from(wait.as_micros()).unwrap();
     r.reason = Reason::FailureRate;
     r.from = State::Closed;
-    r.window = WindowTotals {
-        calls: 6,
-        failures: 4,
-        slow: 0,
-    };
+    r.window = WindowTotals::new(6, 4, 0);
     r
 }
 
@@ -259,11 +250,16 @@ fn fail_open_and_fail_closed() {
 #[test]
 fn keys_not_listed_and_invalid_names_stay_local() {
     let redis = OnRedis::new(config(|b| b.share_key("shard-1")));
-    let spec = |name: &str, key: Option<&str>| StoreSpec {
-        config: Arc::new(CircuitBreakerConfig::builder().name(name).build().unwrap()),
-        key: key.map(Arc::from),
-        clock: Clock::new(),
-        events: EventSink::new(Arc::from(name), Vec::new()),
+    let spec = |name: &str, key: Option<&str>| {
+        let spec = StoreSpec::new(
+            Arc::new(CircuitBreakerConfig::builder().name(name).build().unwrap()),
+            Clock::new(),
+            EventSink::new(Arc::from(name), Vec::new()),
+        );
+        match key {
+            Some(key) => spec.with_key(key),
+            None => spec,
+        }
     };
     assert_eq!(
         redis.make_store(spec("fraud", Some("shard-1"))).scope(),

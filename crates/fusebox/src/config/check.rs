@@ -38,6 +38,7 @@ use std::time::Duration;
 
 /// The type of a key's value.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub enum Kind {
     /// `true` or `false`.
     Bool,

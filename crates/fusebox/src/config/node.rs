@@ -11,6 +11,8 @@ use std::fmt;
 
 /// One value of a configuration file, whatever its format: TOML and YAML both
 /// deserialize into it (`toml::from_str::<Node>(text)`).
+///
+/// Closed: the values serde's self-describing data model gives a configuration file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Node {
     /// No value (YAML's `null`, `~`, an empty value).

@@ -24,6 +24,7 @@ pub const FALLBACKS_TOTAL: &str = "fusebox_policy_fallbacks_total";
 
 /// Why a fallback was served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FallbackReason {
     /// The circuit breaker was open (or half-open with its probes taken).
     CircuitOpen,
@@ -57,9 +58,8 @@ impl FallbackReason {
             ErrorKind::Overloaded(_) | ErrorKind::TowerOverloaded(_) => FallbackReason::Overloaded,
             ErrorKind::Elapsed(_) | ErrorKind::TowerElapsed(_) => FallbackReason::Elapsed,
             ErrorKind::BudgetExhausted(exhausted) => FallbackReason::of(exhausted.last()),
-            ErrorKind::DeadlineExceeded(_) | ErrorKind::Io(_) | ErrorKind::Other => {
-                FallbackReason::Other
-            }
+            // A passed deadline, an I/O error, anything else.
+            _ => FallbackReason::Other,
         }
     }
 

@@ -384,6 +384,7 @@ where
                 admitted: permit,
                 mut service,
                 mut request,
+                ..
             }) => {
                 *admitted = Some(permit);
                 parts

@@ -31,6 +31,7 @@ use std::sync::Arc;
 /// # Ok::<(), fusebox::ConfigError>(())
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum KeyBy {
     /// The URI's host, else the `Host` header's, in lower case ([`BreakerKey::Host`]; no
     /// allocation for hosts of up to 23 bytes, one per call for longer ones).
@@ -65,6 +66,7 @@ impl fmt::Debug for KeyBy {
 
 /// The key of one breaker of a keyed policy.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BreakerKey {
     /// A route of the route table ([`KeyBy::Route`]).
     Route(RouteId),

@@ -173,26 +173,21 @@ impl Ramp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fusebox_breaker::{Reason, Transition, WindowTotals};
+    use fusebox_breaker::{Reason, Transition};
     use fusebox_limit::{ConcurrencyLimitConfig, ConcurrencyLimitLayer};
     use std::sync::Arc;
 
     fn closed() -> BreakerEvent {
-        BreakerEvent {
-            breaker: Arc::from("b"),
-            key: None,
-            kind: EventKind::Transition(Transition {
-                from: State::HalfOpen,
-                to: State::Closed,
-                reason: Reason::ProbesSucceeded,
-                generation: 3,
-                window: WindowTotals::default(),
-                open_for: None,
-                jitter: None,
-                time_in_previous: Duration::ZERO,
-                at: Nanos::ZERO,
-            }),
-        }
+        BreakerEvent::new(
+            Arc::from("b"),
+            None,
+            EventKind::Transition(Transition::new(
+                State::HalfOpen,
+                State::Closed,
+                Reason::ProbesSucceeded,
+                3,
+            )),
+        )
     }
 
     #[tokio::test(start_paused = true)]

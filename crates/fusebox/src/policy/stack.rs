@@ -31,7 +31,8 @@ use tower_service::Service;
 
 pub use crate::policy::guarded::{End, Guarded, GuardedBody, GuardedFuture};
 
-/// A layer's service (`On`) or the service it would have wrapped (`Off`).
+/// A layer's service (`On`) or the service it would have wrapped (`Off`). Closed: a stage is
+/// on or off.
 #[derive(Debug, Clone)]
 pub enum Optional<On, Off> {
     /// The layer is configured.
@@ -68,7 +69,7 @@ impl<B> Passthrough<B> for Same {
 }
 
 /// The future of a stage: the layer's future, or the inner service's future passed
-/// through ([`Passed`]).
+/// through ([`Passed`]). Closed, as [`Optional`] is.
 #[pin_project(project = StageFutureProj)]
 #[derive(Debug)]
 pub enum StageFuture<On, Off> {
