@@ -91,7 +91,15 @@ pub mod state;
 pub mod store;
 pub mod window;
 
-pub use crate::breaker::{BreakerHandle, EosRecorder, Guard};
+pub use crate::breaker::BreakerHandle;
+
+/// What fusebox's `Policy` runs the breaker with when it composes the breaker into its own
+/// future instead of stacking [`CircuitBreaker`] as a service: the admitted call's
+/// [`Guard`](compose::Guard) and the body's end-of-stream recorder. Using the layer needs
+/// neither; their shape follows that composition and may change in any release.
+pub mod compose {
+    pub use crate::breaker::{EosRecorder, Guard};
+}
 pub use crate::config::{
     CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, UNNAMED, WindowConfig,
 };

@@ -14,7 +14,8 @@
 //! # Example
 //!
 //! ```
-//! use fusebox_limit::{Acquire, ConcurrencyLimitConfig, ConcurrencyLimitLayer};
+//! use fusebox_limit::compose::Acquire;
+//! use fusebox_limit::{ConcurrencyLimitConfig, ConcurrencyLimitLayer};
 //! use http::{HeaderMap, Request, StatusCode};
 //! use std::time::Duration;
 //! use tower::Layer;

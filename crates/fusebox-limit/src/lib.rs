@@ -166,7 +166,13 @@ mod service;
 #[cfg(test)]
 mod tests;
 
-pub use crate::admission::{Acquire, Admitted, Dequeued, Queued, Waiting};
+/// What fusebox's `Policy` runs the limit's admission with when it composes the limit
+/// into its own future instead of stacking [`ConcurrencyLimit`] as a service
+/// ([`ConcurrencyLimit::acquire`] hands these out). Using the layer needs none of them;
+/// their shape follows that composition and may change in any release.
+pub mod compose {
+    pub use crate::admission::{Acquire, Admitted, Dequeued, Queued, Waiting};
+}
 pub use crate::body::{Completion, ResponseBody};
 pub use crate::config::{
     AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitConfigBuilder, DEFAULT_NAME, Limit,

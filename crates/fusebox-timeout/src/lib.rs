@@ -134,7 +134,7 @@ mod body;
 mod budget;
 mod config;
 pub mod error;
-pub mod future;
+mod future;
 mod layer;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -146,12 +146,22 @@ pub use crate::body::TimeoutBody;
 pub use crate::config::{
     DEFAULT_TIMEOUT, DeadlineConfig, DeadlineConfigBuilder, TimeoutConfig, TimeoutConfigBuilder,
 };
+pub use crate::future::{BodyFuture, ResponseFuture};
 pub use crate::layer::{
     BodyTimeoutLayer, IncomingDeadlineLayer, TimeoutLayer, TimeoutLayerBuilder,
 };
 #[cfg(feature = "serde")]
 pub use crate::section::{DeadlineSection, TimeoutSection};
-pub use crate::service::{BodyTimeout, Expired, IncomingDeadline, Timeout};
+pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
+
+/// What fusebox's `Policy` runs the timeout with when it composes the timeout into its own
+/// future instead of stacking [`Timeout`] as a service ([`Timeout::bound`] hands these
+/// out). Using the layer needs none of them; their shape follows that composition and may
+/// change in any release.
+pub mod compose {
+    pub use crate::future::{Bound, Timer};
+    pub use crate::service::Expired;
+}
 pub use fusebox_classify::Deadline;
 
 #[cfg(test)]

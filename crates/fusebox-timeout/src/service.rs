@@ -204,7 +204,7 @@ impl<S, C: Classifier> Timeout<S, C> {
     ///
     /// ```
     /// use fusebox_classify::{Route, RouteTable};
-    /// use fusebox_timeout::future::Timer;
+    /// use fusebox_timeout::compose::Timer;
     /// use fusebox_timeout::{Deadline, TimeoutConfig, TimeoutLayer};
     /// use http::Request;
     /// use std::time::Duration;

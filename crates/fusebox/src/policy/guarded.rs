@@ -29,11 +29,13 @@
 
 use crate::policy::key::KeyBy;
 use crate::policy::store::{BreakerStore, PolicyStore};
-use fusebox_breaker::{CircuitBreaker, EosRecorder, Guard, KeyedCircuitBreaker};
+use fusebox_breaker::compose::{EosRecorder, Guard};
+use fusebox_breaker::{CircuitBreaker, KeyedCircuitBreaker};
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier, OnEndOfStream, StreamEnd};
-use fusebox_limit::{Acquire, Admitted, Completion, ConcurrencyLimit, Dequeued, Queued, Waiting};
+use fusebox_limit::compose::{Acquire, Admitted, Dequeued, Queued, Waiting};
+use fusebox_limit::{Completion, ConcurrencyLimit};
 use fusebox_timeout::Timeout;
-use fusebox_timeout::future::{Bound, Timer};
+use fusebox_timeout::compose::{Bound, Timer};
 use http::{Request, Response};
 use http_body::Body;
 use pin_project::pin_project;
