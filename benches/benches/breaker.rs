@@ -21,8 +21,9 @@
 //! and the same two on plain requests, `breaker_plain_1_task` and `breaker_plain_2_tasks`:
 //! every variant calls a `tower::service_fn` that takes a `u64` and answers it back, with
 //! fusebox's breaker for any service ([`CircuitBreakerLayer::plain`]). That is the setting of
-//! issue 2's reference figures (a bare call of about 2.5 ns); the HTTP groups pay for
-//! building, moving and dropping an `http::Request` and an `http::Response` in every variant.
+//! the peer figures the breaker's targets were set against (a bare call of about 2.5 ns);
+//! the HTTP groups pay for building, moving and dropping an `http::Request` and an
+//! `http::Response` in every variant.
 //!
 //! A fifth group, `breaker_open`: a healthy call through a fusebox breaker next to a call
 //! rejected by the same kind of breaker held open by an operator (`fusebox_open_reject`)

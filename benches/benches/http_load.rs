@@ -41,8 +41,8 @@
 //! recorded (connections open, windows fill). The summary reports, per side, throughput
 //! (requests ÷ measured seconds, all rounds) and p50 / p99 / p99.9 over all rounds, and the
 //! ratios policy ÷ bare: over all rounds, and per pair with their median (a burst of other
-//! work on the machine spoils one pair, not the median). Targets (issue 8): throughput with the Policy at least 97 % of
-//! bare, p99 at most 1.1× bare.
+//! work on the machine spoils one pair, not the median). Targets: throughput with the
+//! Policy at least 97 % of bare, p99 at most 1.1× bare.
 //!
 //! Settings (environment):
 //! - `FUSEBOX_LOAD_ROUND_SECS` (default 3): measured seconds per round;

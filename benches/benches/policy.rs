@@ -25,7 +25,7 @@
 //! `Sleep`, the retry's copy of the request head) and tower's own timeout, limit and retry
 //! layers each alone, to show what the targets below leave room for (see `floors`).
 //!
-//! Times are thread CPU time, not wall time (see `run`). Targets (issue 5): the policy at
+//! Times are thread CPU time, not wall time (see `run`). Targets: the policy at
 //! most 1.2× the tower stack, and at least 5× faster than the tower-resilience stack.
 
 use bytes::Bytes;
@@ -200,7 +200,7 @@ fn policy(c: &mut Criterion) {
     group.finish();
 }
 
-/// What issue 5's "at least 5x faster than the tower-resilience stack" leaves a Policy:
+/// What the target "at least 5x faster than the tower-resilience stack" leaves a Policy:
 /// a fifth of that stack's time, of which the bare call takes most. Each variant here is
 /// the bare call plus one thing a full Policy cannot skip, or one of tower's own layers
 /// alone, timed in the same way as the `policy` group (same binary, same run):

@@ -23,7 +23,7 @@
 //!   tripped on 503s and is waiting out a five-minute open wait (it reads the clock to tell
 //!   whether the wait is over) (one task).
 //!
-//! The target (issue 8): the two-task throughput at least 1.6× the one-task throughput,
+//! The target: the two-task throughput at least 1.6× the one-task throughput,
 //! for the Policy. With `FUSEBOX_BENCH_CPU_TIME=1` the figures are CPU time (groups
 //! suffixed `_cpu`), which says nothing of scaling: read the wall-time run for that.
 

@@ -107,7 +107,7 @@ impl Code {
 
 /// Classifies gRPC responses by status code.
 ///
-/// Defaults (DESIGN.md):
+/// Defaults:
 /// - **failure**: UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, DATA_LOSS;
 /// - **ignored**: RESOURCE_EXHAUSTED (a route opts in with
 ///   [`count_resource_exhausted`](GrpcClassifier::count_resource_exhausted)) and CANCELLED

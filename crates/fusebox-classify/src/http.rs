@@ -65,7 +65,7 @@ impl FromIterator<u16> for StatusSet {
 
 /// Classifies HTTP responses by status code.
 ///
-/// Defaults (DESIGN.md):
+/// Defaults:
 /// - **failure**: 500, 502, 503, 504, and any status of 600 or more (not HTTP);
 /// - **ignored**: 429 Too Many Requests (a route opts in with
 ///   [`count_too_many_requests`](HttpClassifier::count_too_many_requests));

@@ -24,8 +24,9 @@
 //!
 //! # Deposits without a clock read
 //!
-//! Reading the clock costs more than counting (DESIGN.md), so [`RetryBudget::deposit`]
-//! does not read it: it adds to a pending count (one atomic add), and every
+//! Reading the clock costs more than counting (the `policy` bench's `policy_floors` group
+//! times one read: `docs/performance.md`), so [`RetryBudget::deposit`] does not read it:
+//! it adds to a pending count (one atomic add), and every
 //! [`PLACE_EVERY`]th deposit — or any withdrawal, outcome record or snapshot, which read the
 //! clock anyway — places the pending deposits into a bucket. The pending count is kept per
 //! thread ([`fusebox_classify::shard`]): every request deposits, so with one shared counter

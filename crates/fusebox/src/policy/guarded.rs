@@ -3,14 +3,13 @@
 //!
 //! Stacked as three tower services, the three layers each take the request by value and
 //! move it on, each build a future around the next one's, and the breaker and the limit
-//! each wrap the response body for their end-of-stream bookkeeping — so every healthy
-//! call moves the request three times and the response twice, and nests three futures.
-//! What each layer *decides* per call is small next to that (`docs/performance.md`,
-//! section 8). [`Guarded`] asks each layer for its decision instead of calling it as a
-//! service — [`CircuitBreaker::admit`], [`ConcurrencyLimit::acquire`],
-//! [`Timeout::bound`] — and keeps what they hand back (a breaker [`Guard`], a limit
-//! permit ([`Admitted`]), a timeout [`Bound`]) in one future, in the order the stack
-//! would have used them:
+//! each wrap the response body for their end-of-stream bookkeeping — so every healthy call
+//! moves the request three times and the response twice, and nests three futures. What each
+//! layer *decides* per call is small next to that. [`Guarded`] asks each layer for its
+//! decision instead of calling it as a service — [`CircuitBreaker::admit`],
+//! [`ConcurrencyLimit::acquire`], [`Timeout::bound`] — and keeps what they hand back (a
+//! breaker [`Guard`], a limit permit ([`Admitted`]), a timeout [`Bound`]) in one future, in
+//! the order the stack would have used them:
 //!
 //! 1. the breaker admits or rejects ([`CircuitOpen`](crate::error::CircuitOpen); nothing
 //!    else happens);
@@ -23,9 +22,9 @@
 //!    travels in the one body wrapper ([`End`]), which reports to both at the end of the
 //!    stream.
 //!
-//! The layers themselves are unchanged and remain the way to stack them by hand; the
-//! policy's tests and an equivalence property test (`policy/tests.rs`) hold the fused
-//! stage to the stacked layers' behaviour.
+//! The layers' own services remain the way to stack them by hand; the policy's tests and
+//! an equivalence property test (`tests/tests/policy_equivalence.rs`, in the
+//! `fusebox-tests` package) hold the fused stage to the stacked layers' behaviour.
 
 use crate::policy::key::KeyBy;
 use crate::policy::store::{BreakerStore, PolicyStore};
