@@ -5,6 +5,11 @@
 //! it back, on a counter no other state shares a lock with. Everything else — queueing,
 //! partitions, adaptive samples — goes through short critical sections that are never held
 //! across an `.await` and allocate nothing once the queue has reached its largest size.
+//!
+//! What races without the lock — a release's decrement and its look for waiters against a
+//! call that queues, a raised limit against a call that queues, a release against a waiter
+//! that withdraws — is model-checked with loom (`loom_model`, run by `.ci/loom`): no lost
+//! wake-up, no leaked permit.
 
 use crate::adaptive::ExtensionMethods;
 use crate::algorithm::{Aimd, LimitAlgorithm, Sample, Vegas};
@@ -14,10 +19,14 @@ use crate::partition::reservations;
 use fusebox_classify::error::Overloaded;
 use fusebox_classify::shard::{Lease, Leases};
 use fusebox_classify::{Classifier, Clock, Nanos, Outcome, RouteId, RouteTable, Verdict};
+#[cfg(fusebox_loom)]
+use loom::sync::{Mutex, MutexGuard, atomic::AtomicUsize};
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering::*;
+use std::sync::{Arc, PoisonError};
+#[cfg(not(fusebox_loom))]
+use std::sync::{Mutex, MutexGuard, atomic::AtomicUsize};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -110,6 +119,14 @@ pub(crate) enum Shed {
     QueueTimeout,
 }
 
+/// The number of waiters, read as a read-modify-write that changes nothing: it reads the
+/// latest value and, acquiring and releasing, orders what this thread did before it against
+/// a waiter's increment (see `Limiter::release`).
+#[inline]
+fn waiters_seen(waiting: &AtomicUsize) -> usize {
+    waiting.fetch_add(0, AcqRel)
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // No code panics while holding these locks; if one ever did, the counts are still
     // the best information there is.
@@ -190,7 +207,9 @@ impl<C> Limiter<C> {
         if old != limit {
             self.metrics.limit.set(limit as f64);
         }
-        if limit > old && self.waiting.load(SeqCst) != 0 {
+        // A read-modify-write, as in `release`: a call that queues meanwhile either is seen
+        // here or sees the new limit.
+        if limit > old && waiters_seen(&self.waiting) != 0 {
             let mut slow = lock(&self.slow);
             self.pump(&mut slow);
         }
@@ -292,9 +311,14 @@ impl<C> Limiter<C> {
             return;
         }
         self.in_flight.fetch_sub(1, SeqCst);
-        // Pairs with the waiter's `waiting` increment before its own admission attempt:
-        // either it sees this slot free, or this sees it waiting.
-        if self.queue.is_some() && self.waiting.load(SeqCst) != 0 {
+        // Either this sees a waiter that queued meanwhile, or that waiter's own admission
+        // attempt sees this slot free. A load would not do: the waiter's increment and this
+        // look are a store and a load on different locations each followed by a load of the
+        // other's (a store buffer can let both see the old values). As read-modify-writes,
+        // both land in `waiting`'s one modification order, each reading the latest value:
+        // if this one comes first, the waiter's increment acquires from it, and so sees
+        // the decrement above. (Checked by `loom_model`.)
+        if self.queue.is_some() && waiters_seen(&self.waiting) != 0 {
             let mut slow = lock(&self.slow);
             self.pump(&mut slow);
         }
@@ -759,3 +783,6 @@ pub(crate) trait Observe: Send + Sync + fmt::Debug {
     fn waiting(&self) -> usize;
     fn set_limit(&self, limit: usize) -> bool;
 }
+
+#[cfg(all(test, fusebox_loom))]
+mod loom_model;

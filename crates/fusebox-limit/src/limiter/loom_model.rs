@@ -1,0 +1,157 @@
+//! Model checks of the limiter's counters and queue: every interleaving, and every
+//! visibility of memory the C11 model allows, of the operations that race without the lock
+//! (a release's decrement and look at the waiters against a queued call's increment and
+//! admission attempt; a limit raised against a call that queues; a release against a
+//! waiter that withdraws).
+//!
+//! Built with loom's atomics and mutex in place of std's:
+//!
+//! ```sh
+//! RUSTFLAGS="--cfg fusebox_loom" CARGO_TARGET_DIR=target/loom \
+//!     cargo test -p fusebox-limit --lib loom_model
+//! ```
+//!
+//! (A cfg of its own, not `loom`: tokio reads `cfg(loom)` for its own model checks.)
+
+use super::{Limiter, SlotState};
+use crate::config::ConcurrencyLimitConfig;
+use fusebox_classify::RouteTable;
+use loom::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// Preemptions per execution for the three-thread model.
+const PREEMPTIONS: usize = 3;
+
+/// A limiter of `max` permits with a queue of two waiters.
+fn limiter(max: usize) -> Arc<Limiter<fusebox_classify::StandardClassifier>> {
+    let config = ConcurrencyLimitConfig::builder()
+        .name("loom")
+        .max_concurrency(max)
+        .queue(2, Duration::from_secs(1))
+        .build()
+        .expect("a valid limit");
+    Arc::new(Limiter::new(&config, RouteTable::default(), &[]))
+}
+
+/// A call that finds no permit: its queue slot, or `None` if it was admitted at once.
+fn call(limiter: &Limiter<fusebox_classify::StandardClassifier>) -> Option<(usize, u64)> {
+    if limiter.admit(None) {
+        None
+    } else {
+        Some(limiter.enqueue(None).expect("room in the queue"))
+    }
+}
+
+/// Whether the waiter in `slot` holds a permit now (and the slot is then freed).
+fn granted(limiter: &Limiter<fusebox_classify::StandardClassifier>, slot: (usize, u64)) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    limiter.poll_slot(slot.0, slot.1, &mut cx) == Poll::Ready(())
+}
+
+/// A release racing a call that queues: once both are done, the queued call holds the
+/// permit — the release saw it waiting, or its own admission attempt saw the permit free —
+/// and exactly one permit is out.
+#[test]
+fn loom_model_a_release_racing_an_enqueue_loses_no_wake_up() {
+    loom::model(|| {
+        let limiter = limiter(1);
+        assert!(limiter.admit(None), "the first call takes the permit");
+        let releaser = {
+            let limiter = Arc::clone(&limiter);
+            loom::thread::spawn(move || limiter.release(None))
+        };
+        let queued = call(&limiter);
+        releaser.join().expect("the release");
+        if let Some(slot) = queued {
+            assert!(
+                granted(&limiter, slot),
+                "a free permit and a waiter left waiting"
+            );
+        }
+        assert_eq!(limiter.in_flight(), 1, "one permit out");
+        assert_eq!(limiter.waiting(), 0, "nobody waiting");
+    });
+}
+
+/// Two releases racing two calls that queue behind a full limit of two: both calls end up
+/// holding a permit, and the permits out never exceed the limit. Three threads explore too
+/// many interleavings to finish in a test's time unbounded; three preemptions per execution
+/// cover the races between any two of them (loom's usual bound).
+#[test]
+fn loom_model_two_releases_racing_two_waiters_leak_nothing() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(PREEMPTIONS);
+    model.check(|| {
+        let limiter = limiter(2);
+        assert!(limiter.admit(None));
+        assert!(limiter.admit(None));
+        let releasers: Vec<_> = (0..2)
+            .map(|_| {
+                let limiter = Arc::clone(&limiter);
+                loom::thread::spawn(move || limiter.release(None))
+            })
+            .collect();
+        let first = call(&limiter);
+        let second = call(&limiter);
+        for r in releasers {
+            r.join().expect("a release");
+        }
+        for slot in [first, second].into_iter().flatten() {
+            assert!(
+                granted(&limiter, slot),
+                "two permits free, a waiter left waiting"
+            );
+        }
+        assert_eq!(limiter.in_flight(), 2);
+        assert_eq!(limiter.waiting(), 0);
+    });
+}
+
+/// A limit raised racing a call that queues: the call gets the new permit.
+#[test]
+fn loom_model_a_raised_limit_racing_an_enqueue_admits_the_waiter() {
+    loom::model(|| {
+        let limiter = limiter(1);
+        assert!(limiter.admit(None));
+        let raiser = {
+            let limiter = Arc::clone(&limiter);
+            loom::thread::spawn(move || assert!(limiter.set_limit(2)))
+        };
+        let queued = call(&limiter);
+        raiser.join().expect("the raise");
+        if let Some(slot) = queued {
+            assert!(
+                granted(&limiter, slot),
+                "room under the new limit, a waiter left"
+            );
+        }
+        assert_eq!(limiter.in_flight(), 2);
+        assert_eq!(limiter.waiting(), 0);
+    });
+}
+
+/// A release racing a waiter that gives up (its queue timeout or its caller's drop): the
+/// permit is either granted to the waiter, which then holds it (`withdraw` says so) and
+/// gives it back, or left free — never lost.
+#[test]
+fn loom_model_a_release_racing_a_withdrawal_leaks_no_permit() {
+    loom::model(|| {
+        let limiter = limiter(1);
+        assert!(limiter.admit(None));
+        let slot = limiter.enqueue(None).expect("room in the queue");
+        let releaser = {
+            let limiter = Arc::clone(&limiter);
+            loom::thread::spawn(move || limiter.release(None))
+        };
+        if limiter.withdraw(slot.0, slot.1) {
+            // Granted meanwhile: the withdrawing caller holds the permit and returns it.
+            limiter.release(None);
+        }
+        releaser.join().expect("the release");
+        assert_eq!(limiter.in_flight(), 0, "the permit came back");
+        assert_eq!(limiter.waiting(), 0);
+        let state = &super::lock(&limiter.slow).queue.slots[slot.0].state;
+        assert!(matches!(state, SlotState::Free), "the slot was freed");
+    });
+}
