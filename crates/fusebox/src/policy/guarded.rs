@@ -24,8 +24,9 @@
 //!    stream.
 //!
 //! The layers themselves are unchanged and remain the way to stack them by hand; the
-//! policy's tests and an equivalence property test (`policy/tests.rs`) hold the fused
-//! stage to the stacked layers' behaviour.
+//! policy's tests (`policy/tests.rs`) and an equivalence property test
+//! (`tests/tests/policy_equivalence.rs`) hold the fused stage to the stacked layers'
+//! behaviour.
 
 use crate::policy::key::KeyBy;
 use crate::policy::store::{BreakerStore, PolicyStore};
