@@ -42,6 +42,9 @@
 //! bucket's epoch (time / bucket width, truncated to 32 bits) next to its count in one
 //! `AtomicU64`, so a bucket is reset by the first writer of a new epoch without any sweep,
 //! and a reader ignores counts whose epoch has left the window.
+//! Two deposits into one bucket, and a deposit racing the bucket's reset to a new epoch,
+//! are model-checked with loom (`loom_model`, run by `.ci/loom`): none is lost, none is
+//! counted in an epoch it does not belong to.
 //!
 //! # Cut-off
 //!
@@ -53,7 +56,11 @@
 use crate::config::{RATIO_SCALE, RetryConfig};
 use fusebox_classify::shard::{shard_count, thread_slot};
 use fusebox_classify::{Clock, Nanos, Outcome};
-use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(fusebox_loom)]
+use loom::sync::atomic::AtomicU64;
+#[cfg(not(fusebox_loom))]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -593,3 +600,6 @@ mod tests {
         }
     }
 }
+
+#[cfg(all(test, fusebox_loom))]
+mod loom_model;
