@@ -142,21 +142,27 @@ impl AdaptiveSection {
     }
 
     fn limit(&self, algorithm: Algorithm) -> Limit {
+        // The keys both algorithms share, set on either's configuration.
+        macro_rules! shared {
+            ($c:ident) => {
+                if let Some(x) = self.min_limit {
+                    $c = $c.min_limit(count(x));
+                }
+                if let Some(x) = self.max_limit {
+                    $c = $c.max_limit(count(x));
+                }
+                if let Some(x) = self.initial_limit {
+                    $c = $c.initial_limit(count(x));
+                }
+                if let Some(x) = self.backoff_ratio {
+                    $c = $c.backoff_ratio(x);
+                }
+            };
+        }
         match algorithm {
             Algorithm::Aimd => {
                 let mut c = AimdConfig::new();
-                if let Some(x) = self.min_limit {
-                    c = c.min_limit(count(x));
-                }
-                if let Some(x) = self.max_limit {
-                    c = c.max_limit(count(x));
-                }
-                if let Some(x) = self.initial_limit {
-                    c = c.initial_limit(count(x));
-                }
-                if let Some(x) = self.backoff_ratio {
-                    c = c.backoff_ratio(x);
-                }
+                shared!(c);
                 if let Some(x) = self.additive_increase {
                     c = c.additive_increase(x);
                 }
@@ -164,18 +170,7 @@ impl AdaptiveSection {
             }
             Algorithm::Vegas => {
                 let mut c = VegasConfig::new();
-                if let Some(x) = self.min_limit {
-                    c = c.min_limit(count(x));
-                }
-                if let Some(x) = self.max_limit {
-                    c = c.max_limit(count(x));
-                }
-                if let Some(x) = self.initial_limit {
-                    c = c.initial_limit(count(x));
-                }
-                if let Some(x) = self.backoff_ratio {
-                    c = c.backoff_ratio(x);
-                }
+                shared!(c);
                 if let Some(x) = self.smoothing {
                     c = c.smoothing(x);
                 }
