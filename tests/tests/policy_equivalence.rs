@@ -1,6 +1,6 @@
-//! A policy runs its circuit breaker, concurrency limit and timeout as one fused stage
-//! (`fusebox::policy::guarded`), not as three stacked services, with its retry budget (if
-//! any) around it. This property test holds the Policy to the layers stacked by hand
+//! A policy runs its circuit breaker, concurrency limit and timeout as one tuple of stages
+//! in one future (`fusebox::policy::stages`), not as three stacked services, with its retry
+//! budget (if any) around it. This property test holds the Policy to the layers stacked by hand
 //! (`RetryBudgetLayer` outermost when there is one): random scripts of answers, errors, latencies,
 //! cancellations and pauses (and gRPC answers, whose verdict waits for the trailers), sent to
 //! several hosts (in the URI or the `Host` header), go through (a) a `Policy` and (b)

@@ -7,6 +7,7 @@ use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
 use fusebox_classify::error::CircuitOpen;
+use fusebox_classify::stage::Answer;
 use fusebox_classify::{
     Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
     StreamEnd, Verdict,
@@ -103,26 +104,23 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         })
     }
 
-    /// Admits a call on `route` or says why not: all of a plain call's bookkeeping (one
-    /// that is not an HTTP request).
+    /// Admits a call with no request head to look at (the plain breaker): it is on the
+    /// default route, and its errors are judged as a plain call's.
     #[inline]
-    pub(crate) fn ticket(
+    pub(crate) fn admit_plain(
         &self,
-        route: RouteId,
         owner: impl FnOnce() -> Owner<C, St>,
-    ) -> Result<Ticket<C, St>, CircuitOpen> {
-        let (permit, slow_at) = self.start(route)?;
-        Ok(Ticket {
+    ) -> Result<Guard<C, St, PlainCall>, CircuitOpen> {
+        let (permit, slow_at) = self.start(RouteId::DEFAULT)?;
+        Ok(Guard {
             breaker: owner(),
             permit,
+            meta: PlainCall,
             slow_at,
             done: false,
         })
     }
 
-    /// A permit for a call on `route`, and when the call turns slow (admission time + the
-    /// route's threshold, `None` inside if that is past the end of time; `None` when the
-    /// route does not measure slowness). Or why not.
     #[inline(always)]
     fn start(&self, route: RouteId) -> Result<(Permit, Option<Option<Instant>>), CircuitOpen> {
         match self.store.acquire() {
@@ -237,50 +235,100 @@ pub(crate) fn lease<C, St>(leases: &Leases<C, St>) -> Owner<C, St> {
     Owner::Lease(leases.lease())
 }
 
+/// What a [`Guard`] knows of its call, for the classifier: a request's route, method and
+/// idempotency ([`CallMeta`]), or nothing beyond "a plain call" ([`PlainCall`]).
+pub trait Facts: Send + 'static {
+    /// The call's route.
+    fn route(&self) -> RouteId;
+    /// The classifier's view of the call.
+    fn call<'a, C: Classifier>(&'a self, table: &'a RouteTable<C>) -> Call<'a>;
+}
+
+impl Facts for CallMeta {
+    #[inline]
+    fn route(&self) -> RouteId {
+        CallMeta::route(self)
+    }
+
+    #[inline]
+    fn call<'a, C: Classifier>(&'a self, table: &'a RouteTable<C>) -> Call<'a> {
+        CallMeta::call(self, table)
+    }
+}
+
+/// The facts of a plain call (one that is not an HTTP request): the default route, no
+/// method, not known to be safe to repeat ([`Call::plain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlainCall;
+
+impl Facts for PlainCall {
+    #[inline]
+    fn route(&self) -> RouteId {
+        RouteId::DEFAULT
+    }
+
+    #[inline]
+    fn call<'a, C: Classifier>(&'a self, table: &'a RouteTable<C>) -> Call<'a> {
+        Call::plain(RouteId::DEFAULT, table.name(RouteId::DEFAULT))
+    }
+}
+
 /// The right to report one admitted call's result, exactly once. Dropped unreported (the
 /// caller cancelled), it gives its permit back (a half-open probe's included) and counts
 /// nothing.
 ///
-/// Made by [`CircuitBreaker::admit`](crate::CircuitBreaker::admit) and
-/// [`KeyedCircuitBreaker::admit`](crate::KeyedCircuitBreaker::admit), for a service that
-/// runs the breaker as one stage of its own future (fusebox's `Policy`): classify the
-/// response head ([`classify_response`](Self::classify_response)) and record the verdict
+/// It is what the breaker's stage holds for an admitted call (see
+/// [`fusebox_classify::stage`]); [`CircuitBreaker::admit`](crate::CircuitBreaker::admit)
+/// and [`KeyedCircuitBreaker::admit`](crate::KeyedCircuitBreaker::admit) hand one out for
+/// a caller that drives the breaker by hand: classify the response head
+/// ([`classify_response`](Self::classify_response)) and record the verdict
 /// ([`finish_in_place`](Self::finish_in_place)), or, for a verdict in the trailers, hand
 /// the guard to the response body ([`at_end_of_stream`](Self::at_end_of_stream)); for an
 /// error, [`classify_error`](Self::classify_error) then [`finish`](Self::finish).
-pub struct Guard<C: Classifier, St: Store> {
+pub struct Guard<C: Classifier, St: Store, M: Facts = CallMeta> {
     breaker: Owner<C, St>,
     permit: Permit,
-    meta: CallMeta,
+    /// The request's route, method and idempotency ([`CallMeta`]), or nothing for a plain
+    /// call ([`PlainCall`]).
+    meta: M,
     /// When the call turns slow (admission time + the route's threshold, `None` inside if
     /// that is past the end of time); `None` when its route does not measure slowness.
     slow_at: Option<Option<Instant>>,
     done: bool,
 }
 
-impl<C: Classifier, St: Store> fmt::Debug for Guard<C, St> {
+impl<C: Classifier, St: Store, M: Facts> fmt::Debug for Guard<C, St, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Guard")
             .field("breaker", &self.breaker.name)
             .field("permit", &self.permit)
-            .field("route", &self.meta.route())
+            .field("route", &self.route())
             .finish()
     }
 }
 
-impl<C: Classifier, St: Store> Guard<C, St> {
+impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
+    #[inline]
+    fn route(&self) -> RouteId {
+        self.meta.route()
+    }
+
+    /// The classifier's view of the call.
+    #[inline]
+    fn call(&self) -> Call<'_> {
+        self.meta.call(&self.breaker.table)
+    }
+
     /// Classifies a response head with the call's route's classifier: a verdict now, or
     /// `None` when it waits for the trailers.
     #[inline]
     pub fn classify_response(&self, status: StatusCode, headers: &HeaderMap) -> Option<Verdict> {
         let b = &self.breaker;
-        let call = self.meta.call(&b.table);
-        match b
-            .table
-            .route(self.meta.route())
-            .classifier()
-            .classify_response(&call, status, headers)
-        {
+        match b.table.route(self.route()).classifier().classify_response(
+            &self.call(),
+            status,
+            headers,
+        ) {
             Classified::Ready(v) => Some(v),
             Classified::AtEndOfStream => None,
         }
@@ -289,17 +337,15 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// Classifies an error with the call's route's classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts
     /// as a failure if the breaker says so: `count_overloaded`).
     pub fn classify_error(&self, error: &(dyn Error + 'static)) -> Verdict {
-        let b = &self.breaker;
-        b.classify_error(&self.meta.call(&b.table), error)
+        self.breaker.classify_error(&self.call(), error)
     }
 
     fn classify_eos(&self, trailers: Option<&HeaderMap>) -> Verdict {
         let b = &self.breaker;
-        let call = self.meta.call(&b.table);
         b.table
-            .route(self.meta.route())
+            .route(self.route())
             .classifier()
-            .classify_eos(&call, trailers)
+            .classify_eos(&self.call(), trailers)
     }
 
     /// Records `verdict` (slowness measured now).
@@ -312,8 +358,13 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// record again (dropping it afterwards releases nothing).
     #[inline]
     pub fn finish_in_place(&mut self, verdict: Verdict) {
+        self.finish_outcome(verdict.outcome());
+    }
+
+    #[inline]
+    fn finish_outcome(&mut self, outcome: Outcome) {
         let (slow, now) = self.breaker.measure(self.slow_at);
-        self.finish_measured(verdict.outcome(), slow, now);
+        self.finish_measured(outcome, slow, now);
     }
 
     #[inline]
@@ -323,59 +374,37 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     }
 
     /// Hands the guard to the response body, measuring slowness now (time to headers).
-    pub fn at_end_of_stream(self) -> EosRecorder<C, St> {
+    pub fn at_end_of_stream(self) -> EosRecorder<C, St, M> {
         let (slow, _) = self.breaker.measure(self.slow_at);
         EosRecorder { guard: self, slow }
     }
-}
 
-impl<C: Classifier, St: Store> Drop for Guard<C, St> {
-    fn drop(&mut self) {
-        if !self.done {
-            // Cancelled: the outcome is ignored and a probe's permit goes back.
-            self.breaker.store.release(self.permit);
+    /// The breaker stage's answer: records the call's verdict (a response head judged by
+    /// its route's classifier, a plain `Ok` a success, an error judged as the breaker
+    /// judges errors), or hands the guard to the response body when the verdict is in the
+    /// trailers. Every breaker stage (HTTP, keyed, plain) answers through this.
+    #[inline(always)]
+    pub(crate) fn answer(
+        slot: &mut Option<Self>,
+        answer: Answer<'_>,
+    ) -> Option<EosRecorder<C, St, M>> {
+        let guard = slot.as_mut()?;
+        match answer {
+            Answer::Head { status, headers } => match guard.classify_response(status, headers) {
+                Some(verdict) => guard.finish_in_place(verdict),
+                None => return slot.take().map(Guard::at_end_of_stream),
+            },
+            Answer::Done => guard.finish_outcome(Outcome::Success),
+            Answer::Error(error) => {
+                let verdict = guard.classify_error(error);
+                guard.finish_in_place(verdict);
+            }
         }
+        None
     }
 }
 
-/// A plain call's bookkeeping (one that is not an HTTP request): a [`Guard`] without the
-/// request's facts. Records or releases exactly once; dropped unreported (the caller
-/// cancelled), it gives its permit back (a half-open probe's included) and counts nothing.
-pub(crate) struct Ticket<C: Classifier, St: Store> {
-    breaker: Owner<C, St>,
-    permit: Permit,
-    /// When the call turns slow (admission time + the route's threshold, `None` inside if
-    /// that is past the end of time); `None` when its route does not measure slowness.
-    slow_at: Option<Option<Instant>>,
-    done: bool,
-}
-
-impl<C: Classifier, St: Store> fmt::Debug for Ticket<C, St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ticket")
-            .field("breaker", &self.breaker.name)
-            .field("permit", &self.permit)
-            .finish()
-    }
-}
-
-impl<C: Classifier, St: Store> Ticket<C, St> {
-    /// The breaker the call was admitted by.
-    #[inline]
-    pub(crate) fn breaker(&self) -> &Breaker<C, St> {
-        &self.breaker
-    }
-
-    /// Records `outcome` (slowness measured now); it must not record again.
-    #[inline]
-    pub(crate) fn finish_in_place(&mut self, outcome: Outcome) {
-        let (slow, now) = self.breaker.measure(self.slow_at);
-        self.done = true;
-        self.breaker.record(self.permit, outcome, slow, now);
-    }
-}
-
-impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
+impl<C: Classifier, St: Store, M: Facts> Drop for Guard<C, St, M> {
     fn drop(&mut self) {
         if !self.done {
             // Cancelled: the outcome is ignored and a probe's permit goes back.
@@ -386,12 +415,12 @@ impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
 
 /// Records a streamed call's verdict at the end of its body (gRPC: from the trailers).
 /// Slowness is the time to the response headers.
-pub struct EosRecorder<C: Classifier, St: Store> {
-    guard: Guard<C, St>,
+pub struct EosRecorder<C: Classifier, St: Store, M: Facts = CallMeta> {
+    guard: Guard<C, St, M>,
     slow: bool,
 }
 
-impl<C: Classifier, St: Store> fmt::Debug for EosRecorder<C, St> {
+impl<C: Classifier, St: Store, M: Facts> fmt::Debug for EosRecorder<C, St, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EosRecorder")
             .field("guard", &self.guard)
@@ -400,7 +429,7 @@ impl<C: Classifier, St: Store> fmt::Debug for EosRecorder<C, St> {
     }
 }
 
-impl<C: Classifier, St: Store> OnEndOfStream for EosRecorder<C, St> {
+impl<C: Classifier, St: Store, M: Facts> OnEndOfStream for EosRecorder<C, St, M> {
     fn on_end(mut self, end: StreamEnd<'_>) {
         let verdict = match end {
             StreamEnd::Trailers(trailers) => self.guard.classify_eos(trailers),

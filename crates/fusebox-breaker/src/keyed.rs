@@ -6,13 +6,14 @@
 //! on (a breaker that is not closed is never evicted to make room; a key in use is never
 //! forgotten as idle) belong with the public type.
 
-use crate::breaker::{Breaker, BreakerHandle, Control, Guard};
+use crate::breaker::{Breaker, BreakerHandle, Control, EosRecorder, Guard};
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
-use crate::future::{ResponseBody, ResponseFuture};
+use crate::future::ResponseBody;
 use crate::state::{Command, State};
 use crate::store::{MakeStore, Store, StoreSpec};
 use fusebox_classify::error::CircuitOpen;
+use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
 use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
 use http_body::Body;
@@ -21,6 +22,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -500,41 +502,44 @@ impl<S, F: KeyFn, C, M: MakeStore> Layer<S> for KeyedCircuitBreakerLayer<F, C, M
 
     fn layer(&self, inner: S) -> Self::Service {
         KeyedCircuitBreaker {
-            inner,
-            shared: Arc::clone(&self.shared),
+            staged: Staged::new(
+                inner,
+                KeyedStage {
+                    shared: Arc::clone(&self.shared),
+                },
+            ),
         }
     }
 }
 
-/// A service behind one circuit breaker per key.
-pub struct KeyedCircuitBreaker<S, F: KeyFn, C, M: MakeStore> {
-    inner: S,
+/// The keyed breaker's per-call logic, as a [`Stage`]: the breaker stage of
+/// [`CircuitBreaker`](crate::CircuitBreaker), with the breaker picked by the request's key.
+pub struct KeyedStage<F: KeyFn, C, M: MakeStore> {
     shared: Arc<KeyedShared<F, C, M>>,
 }
 
-impl<S: Clone, F: KeyFn, C, M: MakeStore> Clone for KeyedCircuitBreaker<S, F, C, M> {
+impl<F: KeyFn, C, M: MakeStore> Clone for KeyedStage<F, C, M> {
     fn clone(&self) -> Self {
-        KeyedCircuitBreaker {
-            inner: self.inner.clone(),
+        KeyedStage {
             shared: Arc::clone(&self.shared),
         }
     }
 }
 
-impl<S: fmt::Debug, F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreaker<S, F, C, M> {
+impl<F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedStage<F, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeyedCircuitBreaker")
-            .field("inner", &self.inner)
+        f.debug_struct("KeyedStage")
             .field("breaker", &self.shared.config.name)
             .finish()
     }
 }
 
-impl<S, F: KeyFn, C: Classifier, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
-    /// Admits `request` on its key's breaker or rejects it, without calling the inner
-    /// service: for a service that runs the breaker as one stage of its own future (see
-    /// [`Guard`]). [`call`](Service::call) is this, then the inner call.
-    pub fn admit<B>(&self, request: &Request<B>) -> Result<Guard<C, M::Store>, CircuitOpen> {
+impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
+    /// Admits `request` on its key's breaker or rejects it.
+    pub fn admit_request<B>(
+        &self,
+        request: &Request<B>,
+    ) -> Result<Guard<C, M::Store>, CircuitOpen> {
         let meta = self.shared.table.meta(request);
         let head = RequestHead {
             method: request.method(),
@@ -546,20 +551,96 @@ impl<S, F: KeyFn, C: Classifier, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
         };
         self.shared.breaker_for(&head).admit(meta)
     }
+
+    /// An operator's handle on every key.
+    pub fn handle(&self) -> KeyedBreakerHandle<F::Key> {
+        KeyedBreakerHandle {
+            keys: self.shared.clone(),
+        }
+    }
+}
+
+impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<F, C, M> {
+    type Admitted = Option<Guard<C, M::Store>>;
+    type Waiting = NoWait;
+    type End = EosRecorder<C, M::Store>;
+
+    #[inline]
+    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
+        match self.admit_request(request) {
+            Ok(guard) => Admit::Ready(Some(guard)),
+            Err(open) => Admit::Refuse(Box::new(open)),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut NoWait>,
+        _: &mut Request<B>,
+        _: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        match *waiting.get_mut() {}
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        Guard::answer(admitted.get_mut(), answer)
+    }
+}
+
+/// The future of [`KeyedCircuitBreaker`] around `S` called with `Request<B>`: the stage
+/// runner's future over the keyed stage.
+pub type KeyedResponseFuture<S, B, F, C, M> =
+    StagedFuture<S, Request<B>, KeyedStage<F, C, M>, Http>;
+
+/// A service behind one circuit breaker per key: the stage runner ([`Staged`]) over the
+/// [`KeyedStage`].
+pub struct KeyedCircuitBreaker<S, F: KeyFn, C, M: MakeStore> {
+    staged: Staged<S, KeyedStage<F, C, M>, Http>,
+}
+
+impl<S: Clone, F: KeyFn, C, M: MakeStore> Clone for KeyedCircuitBreaker<S, F, C, M> {
+    fn clone(&self) -> Self {
+        KeyedCircuitBreaker {
+            staged: self.staged.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreaker<S, F, C, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedCircuitBreaker")
+            .field("inner", self.staged.get_ref())
+            .field("breaker", &self.staged.stage().shared.config.name)
+            .finish()
+    }
+}
+
+impl<S, F: KeyFn, C: Classifier, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
+    /// Admits `request` on its key's breaker or rejects it, without calling the inner
+    /// service: for a caller that drives the breaker by hand (see [`Guard`]).
+    /// [`call`](Service::call) is this, then the inner call.
+    pub fn admit<B>(&self, request: &Request<B>) -> Result<Guard<C, M::Store>, CircuitOpen> {
+        self.staged.stage().admit_request(request)
+    }
 }
 
 impl<S, F: KeyFn, C, M: MakeStore> KeyedCircuitBreaker<S, F, C, M> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
-        &self.inner
+        self.staged.get_ref()
     }
     /// The inner service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
+        self.staged.get_mut()
     }
     /// The inner service, consuming this one.
     pub fn into_inner(self) -> S {
-        self.inner
+        self.staged.into_inner()
+    }
+    /// The keyed breaker's stage.
+    pub fn stage(&self) -> &KeyedStage<F, C, M> {
+        self.staged.stage()
     }
 }
 
@@ -574,17 +655,16 @@ where
 {
     type Response = Response<ResponseBody<ResBody, C, M::Store>>;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C, M::Store>;
+    type Future = KeyedResponseFuture<S, ReqBody, F, C, M>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.staged.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        match self.admit(&request) {
-            Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
-            Err(open) => ResponseFuture::rejected(open),
-        }
+        self.staged.call(request)
     }
 }
 

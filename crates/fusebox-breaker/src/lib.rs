@@ -93,12 +93,14 @@ pub mod window;
 
 pub use crate::breaker::BreakerHandle;
 
-/// What fusebox's `Policy` runs the breaker with when it composes the breaker into its own
-/// future instead of stacking [`CircuitBreaker`] as a service: the admitted call's
-/// [`Guard`](compose::Guard) and the body's end-of-stream recorder. Using the layer needs
-/// neither; their shape follows that composition and may change in any release.
+/// What the breaker's stages hold for a call ([`BreakerStage`], [`KeyedStage`],
+/// [`PlainStage`]; see `fusebox_classify::stage`): the admitted call's
+/// [`Guard`](compose::Guard), what it knows of the call, and the body's end-of-stream
+/// recorder. [`CircuitBreaker::admit`] hands out a guard for a caller that drives the
+/// breaker by hand; using the layer needs none of them, and their shape may change in any
+/// release.
 pub mod compose {
-    pub use crate::breaker::{EosRecorder, Guard};
+    pub use crate::breaker::{EosRecorder, Facts, Guard, PlainCall};
 }
 pub use crate::config::{
     CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, UNNAMED, WindowConfig,
@@ -107,13 +109,13 @@ pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};
 pub use crate::keyed::{
     ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
-    RequestHead, host_key, host_of,
+    KeyedResponseFuture, KeyedStage, RequestHead, host_key, host_of,
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
-pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture};
+pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture, PlainStage};
 #[cfg(feature = "serde")]
 pub use crate::section::CircuitBreakerSection;
-pub use crate::service::CircuitBreaker;
+pub use crate::service::{BreakerStage, CircuitBreaker};
 pub use crate::state::{Command, Reason, Snapshot, State, Transition};
 pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};
 pub use crate::window::WindowTotals;

@@ -4,7 +4,7 @@
 //! [`CircuitBreakerLayer`](crate::CircuitBreakerLayer) judges HTTP and gRPC answers by their
 //! status. A plain call has none: an `Ok` answer is a success, and an error is judged by the
 //! classifier of the breaker's default route ([`Classifier::classify_error`], seeing a
-//! [`Call::plain`]: no method, not known to be safe to repeat). Transport errors and
+//! [`Call::plain`](fusebox_classify::Call::plain): no method, not known to be safe to repeat). Transport errors and
 //! fusebox's own [`Elapsed`](fusebox_classify::error::Elapsed) are failures, fusebox's
 //! rejections are ignored, and a custom classifier can judge the service's own error types
 //! by downcasting. An answer that should count as a failure is mapped to an error by an
@@ -20,16 +20,14 @@
 //! response head and the response body wrapper: the answer is handed on untouched, in the
 //! inner service's own type.
 
-use crate::breaker::{BreakerHandle, Leases, Ticket, lease};
+use crate::breaker::{BreakerHandle, EosRecorder, Guard, Leases, PlainCall, lease};
 use crate::store::{MemoryStore, Store};
-use fusebox_classify::error::CircuitOpen;
-use fusebox_classify::{BoxError, Call, Classifier, Outcome, RouteId, StandardClassifier};
-use pin_project::pin_project;
+use fusebox_classify::stage::{Admit, Answer, NoWait, Opaque, Stage, Staged, StagedFuture};
+use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use std::fmt;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -108,48 +106,105 @@ impl<S, C, St> Layer<S> for PlainCircuitBreakerLayer<C, St> {
 
     fn layer(&self, inner: S) -> Self::Service {
         PlainCircuitBreaker {
-            inner,
+            staged: Staged::new(
+                inner,
+                PlainStage {
+                    breaker: Arc::clone(&self.breaker),
+                },
+            ),
+        }
+    }
+}
+
+/// The breaker's per-call logic for any request, as a [`Stage`]: the HTTP breaker's
+/// stage without the route lookup (every call is on the default route) and without a
+/// response head to judge (an `Ok` answer is a success).
+pub struct PlainStage<C = StandardClassifier, St = MemoryStore> {
+    breaker: Arc<Leases<C, St>>,
+}
+
+impl<C, St> Clone for PlainStage<C, St> {
+    fn clone(&self) -> Self {
+        PlainStage {
             breaker: Arc::clone(&self.breaker),
         }
     }
 }
 
-/// A service of any request type behind a circuit breaker. Built by
+impl<C, St: Store> fmt::Debug for PlainStage<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlainStage")
+            .field("breaker", &self.breaker.name)
+            .finish()
+    }
+}
+
+impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
+    type Admitted = Option<Guard<C, St, PlainCall>>;
+    type Waiting = NoWait;
+    type End = EosRecorder<C, St, PlainCall>;
+
+    #[inline]
+    fn admit(&self, _: &mut R) -> Admit<Self::Admitted, NoWait> {
+        let leases = &*self.breaker;
+        match leases.admit_plain(|| lease(leases)) {
+            Ok(guard) => Admit::Ready(Some(guard)),
+            Err(open) => Admit::Refuse(Box::new(open)),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut NoWait>,
+        _: &mut R,
+        _: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        match *waiting.get_mut() {}
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        Guard::answer(admitted.get_mut(), answer)
+    }
+}
+
+/// A service behind a circuit breaker, whatever its request and response types. Built by
 /// [`PlainCircuitBreakerLayer`]; every clone shares the breaker.
+///
+/// It is the stage runner ([`Staged`]) over the [`PlainStage`], handing answers on
+/// untouched ([`Opaque`]).
 pub struct PlainCircuitBreaker<S, C = StandardClassifier, St = MemoryStore> {
-    inner: S,
-    breaker: Arc<Leases<C, St>>,
+    staged: Staged<S, PlainStage<C, St>, Opaque>,
 }
 
 impl<S, C, St> PlainCircuitBreaker<S, C, St> {
     /// The inner service.
     pub fn get_ref(&self) -> &S {
-        &self.inner
+        self.staged.get_ref()
     }
 
     /// The inner service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
+        self.staged.get_mut()
     }
 
     /// The inner service, consuming the breaker service.
     pub fn into_inner(self) -> S {
-        self.inner
+        self.staged.into_inner()
     }
 }
 
 impl<S, C: Classifier, St: Store> PlainCircuitBreaker<S, C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.breaker.shared().clone())
+        BreakerHandle::new(self.staged.stage().breaker.shared().clone())
     }
 }
 
 impl<S: Clone, C, St> Clone for PlainCircuitBreaker<S, C, St> {
     fn clone(&self) -> Self {
         PlainCircuitBreaker {
-            inner: self.inner.clone(),
-            breaker: Arc::clone(&self.breaker),
+            staged: self.staged.clone(),
         }
     }
 }
@@ -157,11 +212,15 @@ impl<S: Clone, C, St> Clone for PlainCircuitBreaker<S, C, St> {
 impl<S: fmt::Debug, C, St: Store> fmt::Debug for PlainCircuitBreaker<S, C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PlainCircuitBreaker")
-            .field("inner", &self.inner)
-            .field("breaker", &self.breaker.name)
+            .field("inner", self.staged.get_ref())
+            .field("breaker", &self.staged.stage().breaker.name)
             .finish()
     }
 }
+
+/// The future of [`PlainCircuitBreaker`] around `S` called with `R`: the stage runner's
+/// future over the plain stage; it answers in the inner service's own type.
+pub type PlainFuture<S, R, C, St> = StagedFuture<S, R, PlainStage<C, St>, Opaque>;
 
 impl<S, R, C, St> Service<R> for PlainCircuitBreaker<S, C, St>
 where
@@ -172,106 +231,17 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = PlainFuture<S::Future, C, St>;
+    type Future = PlainFuture<S, R, C, St>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // As for HTTP: admission is decided per call, an open breaker rejects at once.
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.staged.poll_ready(cx)
     }
 
     #[inline]
     fn call(&mut self, request: R) -> Self::Future {
-        let leases = &*self.breaker;
-        let kind = match leases.ticket(RouteId::DEFAULT, || lease(leases)) {
-            Ok(ticket) => Kind::Called {
-                future: self.inner.call(request),
-                ticket: Some(ticket),
-            },
-            Err(open) => Kind::Rejected { error: Some(open) },
-        };
-        PlainFuture { kind }
-    }
-}
-
-/// The future of [`PlainCircuitBreaker`]: the inner call, recorded when it ends, or a
-/// rejection. Dropped before it ends, it records nothing and gives a half-open probe's
-/// permit back.
-#[pin_project]
-pub struct PlainFuture<F, C: Classifier, St: Store> {
-    #[pin]
-    kind: Kind<F, C, St>,
-}
-
-#[pin_project(project = KindProj)]
-enum Kind<F, C: Classifier, St: Store> {
-    Called {
-        #[pin]
-        future: F,
-        ticket: Option<Ticket<C, St>>,
-    },
-    Rejected {
-        /// Taken by the poll that returns it.
-        error: Option<CircuitOpen>,
-    },
-}
-
-impl<F, C: Classifier, St: Store> fmt::Debug for PlainFuture<F, C, St> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.kind {
-            Kind::Called { ticket, .. } => f
-                .debug_struct("PlainFuture::Called")
-                .field("ticket", ticket)
-                .finish_non_exhaustive(),
-            Kind::Rejected { error } => f
-                .debug_struct("PlainFuture::Rejected")
-                .field("error", error)
-                .finish(),
-        }
-    }
-}
-
-impl<F, T, E, C, St> Future for PlainFuture<F, C, St>
-where
-    F: Future<Output = Result<T, E>>,
-    E: Into<BoxError>,
-    C: Classifier,
-    St: Store,
-{
-    type Output = Result<T, BoxError>;
-
-    #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Rejected { error } => match error.take() {
-                Some(error) => Poll::Ready(Err(Box::new(error))),
-                None => panic!("fusebox_breaker::PlainFuture polled after completion"),
-            },
-            KindProj::Called { future, ticket } => {
-                let result = ready!(future.poll(cx));
-                // `None`: polled again after completion; the result passes unrecorded.
-                let Some(t) = ticket.as_mut() else {
-                    return Poll::Ready(result.map_err(Into::into));
-                };
-                Poll::Ready(match result {
-                    Ok(answer) => {
-                        t.finish_in_place(Outcome::Success);
-                        *ticket = None;
-                        Ok(answer)
-                    }
-                    Err(error) => {
-                        let error: BoxError = error.into();
-                        let breaker = t.breaker();
-                        let call =
-                            Call::plain(RouteId::DEFAULT, breaker.table.name(RouteId::DEFAULT));
-                        let verdict = breaker.classify_error(&call, &*error);
-                        t.finish_in_place(verdict.outcome());
-                        *ticket = None;
-                        Err(error)
-                    }
-                })
-            }
-        }
+        self.staged.call(request)
     }
 }
 

@@ -1,48 +1,133 @@
-//! The breaker service.
+//! The breaker service: the breaker's stage, run by the one stage runner.
 
-use crate::breaker::{BreakerHandle, Guard, Leases, lease};
+use crate::breaker::{BreakerHandle, EosRecorder, Guard, Leases, lease};
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::store::{MemoryStore, Store};
 use fusebox_classify::error::CircuitOpen;
+use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower_service::Service;
 
+/// The circuit breaker's per-call logic for HTTP requests, as a
+/// [`Stage`]: admit or reject by the breaker's state, then record the answer's verdict
+/// (from the response head, or from the trailers at the end of the stream).
+///
+/// [`CircuitBreaker`] runs it alone; fusebox's `Policy` runs it with the limit's and the
+/// timeout's stages in one future.
+pub struct BreakerStage<C = StandardClassifier, St = MemoryStore> {
+    breaker: Arc<Leases<C, St>>,
+}
+
+impl<C, St> BreakerStage<C, St> {
+    pub(crate) fn new(breaker: Arc<Leases<C, St>>) -> Self {
+        BreakerStage { breaker }
+    }
+}
+
+impl<C, St> Clone for BreakerStage<C, St> {
+    fn clone(&self) -> Self {
+        BreakerStage {
+            breaker: Arc::clone(&self.breaker),
+        }
+    }
+}
+
+impl<C, St: Store> fmt::Debug for BreakerStage<C, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerStage")
+            .field("breaker", &self.breaker.name)
+            .finish()
+    }
+}
+
+impl<C: Classifier, St: Store> BreakerStage<C, St> {
+    /// Admits `request` or rejects it.
+    #[inline(always)]
+    pub fn admit_request<B>(&self, request: &Request<B>) -> Result<Guard<C, St>, CircuitOpen> {
+        let leases = &*self.breaker;
+        let meta = leases.table.meta(request);
+        leases.admit_with(meta, || lease(leases))
+    }
+
+    /// An operator's handle on the breaker.
+    pub fn handle(&self) -> BreakerHandle {
+        BreakerHandle::new(self.breaker.shared().clone())
+    }
+}
+
+impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
+    type Admitted = Option<Guard<C, St>>;
+    type Waiting = NoWait;
+    type End = EosRecorder<C, St>;
+
+    #[inline(always)]
+    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
+        match self.admit_request(request) {
+            Ok(guard) => Admit::Ready(Some(guard)),
+            Err(open) => Admit::Refuse(Box::new(open)),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut NoWait>,
+        _: &mut Request<B>,
+        _: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        match *waiting.get_mut() {}
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        Guard::answer(admitted.get_mut(), answer)
+    }
+}
+
 /// A service behind a circuit breaker. Built by
 /// [`CircuitBreakerLayer`](crate::CircuitBreakerLayer); every clone shares the breaker.
+///
+/// It is the stage runner ([`Staged`]) over the breaker's [`BreakerStage`].
 pub struct CircuitBreaker<S, C = StandardClassifier, St = MemoryStore> {
-    inner: S,
-    breaker: Arc<Leases<C, St>>,
+    staged: Staged<S, BreakerStage<C, St>, Http>,
 }
 
 impl<S, C, St> CircuitBreaker<S, C, St> {
     pub(crate) fn new(inner: S, breaker: Arc<Leases<C, St>>) -> Self {
-        CircuitBreaker { inner, breaker }
+        CircuitBreaker {
+            staged: Staged::new(inner, BreakerStage::new(breaker)),
+        }
     }
 
     /// The inner service.
     pub fn get_ref(&self) -> &S {
-        &self.inner
+        self.staged.get_ref()
     }
 
     /// The inner service, mutably.
     pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
+        self.staged.get_mut()
     }
 
     /// The inner service, consuming the breaker service.
     pub fn into_inner(self) -> S {
-        self.inner
+        self.staged.into_inner()
+    }
+
+    /// The breaker's stage.
+    pub fn stage(&self) -> &BreakerStage<C, St> {
+        self.staged.stage()
     }
 }
 
 impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
-    /// Admits `request` or rejects it, without calling the inner service: for a service
-    /// that runs the breaker as one stage of its own future (see [`Guard`]).
+    /// Admits `request` or rejects it, without calling the inner service: for a caller
+    /// that drives the breaker by hand (see [`Guard`]).
     /// [`call`](Service::call) is this, then the inner call.
     ///
     /// ```
@@ -75,22 +160,19 @@ impl<S, C: Classifier, St: Store> CircuitBreaker<S, C, St> {
     /// ```
     #[inline(always)]
     pub fn admit<B>(&self, request: &Request<B>) -> Result<Guard<C, St>, CircuitOpen> {
-        let leases = &*self.breaker;
-        let meta = leases.table.meta(request);
-        leases.admit_with(meta, || lease(leases))
+        self.stage().admit_request(request)
     }
 
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
-        BreakerHandle::new(self.breaker.shared().clone())
+        self.stage().handle()
     }
 }
 
 impl<S: Clone, C, St> Clone for CircuitBreaker<S, C, St> {
     fn clone(&self) -> Self {
         CircuitBreaker {
-            inner: self.inner.clone(),
-            breaker: Arc::clone(&self.breaker),
+            staged: self.staged.clone(),
         }
     }
 }
@@ -98,8 +180,8 @@ impl<S: Clone, C, St> Clone for CircuitBreaker<S, C, St> {
 impl<S: fmt::Debug, C, St: Store> fmt::Debug for CircuitBreaker<S, C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CircuitBreaker")
-            .field("inner", &self.inner)
-            .field("breaker", &self.breaker.name)
+            .field("inner", self.staged.get_ref())
+            .field("breaker", &self.stage().breaker.name)
             .finish()
     }
 }
@@ -114,20 +196,17 @@ where
 {
     type Response = Response<ResponseBody<ResBody, C, St>>;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future, C, St>;
+    type Future = ResponseFuture<S, ReqBody, C, St>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Admission is decided per call, in `call`: an open breaker rejects at once instead
         // of holding `poll_ready` (and with it the caller's whole stack) pending.
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.staged.poll_ready(cx)
     }
 
     #[inline(always)]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        match self.admit(&request) {
-            Ok(guard) => ResponseFuture::called(self.inner.call(request), guard),
-            Err(open) => ResponseFuture::rejected(open),
-        }
+        self.staged.call(request)
     }
 }

@@ -70,6 +70,7 @@ pub mod route;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod section;
 pub mod shard;
+pub mod stage;
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
 pub mod tower_http;

@@ -1,8 +1,9 @@
 //! Admission as values: what [`ConcurrencyLimit::acquire`](crate::ConcurrencyLimit::acquire)
 //! decides for one call, and what the call then owes the limit.
 //!
-//! The limit's own [`ResponseFuture`](crate::ResponseFuture) is built from these, and so is
-//! any service that runs the limit as one stage of its own future (fusebox's `Policy`):
+//! The limit's stage ([`LimitStage`](crate::LimitStage)), which its own service and
+//! fusebox's `Policy` run, is built from these; a caller can drive the limit by hand with
+//! them too:
 //!
 //! - [`Acquire::Admitted`]: the call may go. Report its end with [`Admitted::on_response`]
 //!   or [`Admitted::on_error`]; dropping it unreported (the call was cancelled) gives the
@@ -55,7 +56,7 @@ use crate::config::Release;
 use crate::limiter::{Permit, Shed, Ticket};
 use fusebox_classify::error::Overloaded;
 use fusebox_classify::{Classified, Classifier};
-use http::{HeaderMap, Request, StatusCode};
+use http::{HeaderMap, StatusCode};
 use pin_project::pin_project;
 use std::error::Error;
 use std::fmt;
@@ -222,73 +223,5 @@ impl<C: Classifier> Queued<C> {
             }
         };
         Poll::Ready(Ok(Admitted::new(permit, this.call.take())))
-    }
-}
-
-/// A queued call with what it needs to be sent once admitted: the service the caller
-/// polled ready, and the request.
-///
-/// For a service that runs the limit as one stage of its own future; the limit's own
-/// future waits with one of these. Boxed by its holders: only calls that find the limit
-/// full carry one.
-#[pin_project]
-pub struct Waiting<S, R, C> {
-    #[pin]
-    queued: Queued<C>,
-    call: Option<(S, Request<R>)>,
-}
-
-/// A queued call, admitted: its permit, and the service and request to send.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct Dequeued<S, R, C> {
-    /// The permit.
-    pub admitted: Admitted<C>,
-    /// The service the caller polled ready.
-    pub service: S,
-    /// The request.
-    pub request: Request<R>,
-}
-
-impl<S, R, C> fmt::Debug for Waiting<S, R, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Waiting")
-            .field("queued", &self.queued)
-            .field("sent", &self.call.is_none())
-            .finish()
-    }
-}
-
-impl<S, R, C> Waiting<S, R, C> {
-    /// `request` waits in `queued` to be sent to `service`.
-    pub fn new(queued: Queued<C>, service: S, request: Request<R>) -> Self {
-        Waiting {
-            queued,
-            call: Some((service, request)),
-        }
-    }
-}
-
-impl<S, R, C: Classifier> Waiting<S, R, C> {
-    /// Once admitted: the permit, the service and the request, handed back to be sent.
-    /// [`Overloaded`] when the queue's wait runs out first. Polled again after it
-    /// answered, it stays pending.
-    pub fn poll_admit(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Dequeued<S, R, C>, Overloaded>> {
-        let this = self.project();
-        if this.call.is_none() {
-            return Poll::Pending;
-        }
-        let admitted = ready!(this.queued.poll_admit(cx))?;
-        match this.call.take() {
-            Some((service, request)) => Poll::Ready(Ok(Dequeued {
-                admitted,
-                service,
-                request,
-            })),
-            None => Poll::Pending,
-        }
     }
 }

@@ -166,12 +166,12 @@ mod service;
 #[cfg(test)]
 mod tests;
 
-/// What fusebox's `Policy` runs the limit's admission with when it composes the limit
-/// into its own future instead of stacking [`ConcurrencyLimit`] as a service
-/// ([`ConcurrencyLimit::acquire`] hands these out). Using the layer needs none of them;
-/// their shape follows that composition and may change in any release.
+/// The limit's admission as values, for a caller that drives the limit by hand
+/// ([`ConcurrencyLimit::acquire`] and [`LimitStage::acquire`] hand these out; the
+/// [`LimitStage`] is built from them). Using the layer needs none of them; their shape
+/// may change in any release.
 pub mod compose {
-    pub use crate::admission::{Acquire, Admitted, Dequeued, Queued, Waiting};
+    pub use crate::admission::{Acquire, Admitted, Queued};
 }
 pub use crate::body::{Completion, ResponseBody};
 pub use crate::config::{
@@ -184,7 +184,7 @@ pub use crate::observe::LimitHandle;
 pub use crate::partition::{Partitioner, Partitions, Unpartitioned};
 #[cfg(feature = "serde")]
 pub use crate::section::{AdaptiveSection, Algorithm, LimitSection, QueueSection};
-pub use crate::service::ConcurrencyLimit;
+pub use crate::service::{ConcurrencyLimit, LimitStage};
 pub use fusebox_classify::error::Overloaded;
 pub use fusebox_classify::{BoxError, ConfigError};
 

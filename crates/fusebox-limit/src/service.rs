@@ -1,45 +1,54 @@
-//! The service: admits each call in `call`, never in `poll_ready`.
+//! The service: the limit's stage, run by the one stage runner. Admits each call in
+//! `call`, never in `poll_ready`.
 
 use crate::adaptive::CallInfo;
 use crate::admission::{Acquire, Admitted, Queued};
-use crate::body::ResponseBody;
+use crate::body::{Completion, ResponseBody};
 use crate::future::ResponseFuture;
 use crate::limiter::{Lane, Lanes};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitioner, Unpartitioned};
 use fusebox_classify::shard::Leases;
+use fusebox_classify::stage::{Admit, Answer, Handoff, Http, NoWait, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tower_service::Service;
 
-/// A concurrency limit around `S`, built by
-/// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer); see the [crate docs](crate).
+/// The concurrency limit's per-call logic, as a [`Stage`]: admit, queue or shed a call,
+/// then give its permit back with the answer (or at the end of the response body) and
+/// feed an adaptive limit the answer's verdict and latency.
 ///
-/// `poll_ready` is the inner service's own; admission happens in `call`: a call that finds
-/// the limit full is shed with [`Overloaded`](crate::Overloaded) or waits in the bounded
-/// queue inside its response future. Waiting needs the inner service after `call` has
-/// returned, which is why `S: Clone`: the ready inner service travels with the queued
-/// request, and this service keeps a fresh clone that the next `poll_ready` drives.
-pub struct ConcurrencyLimit<S, C = StandardClassifier, P = Unpartitioned> {
-    inner: S,
+/// [`ConcurrencyLimit`] runs it alone; fusebox's `Policy` runs it between the breaker's
+/// and the timeout's stages in one future.
+pub struct LimitStage<C = StandardClassifier, P = Unpartitioned> {
     /// The unreserved pool's lane first, then one per partition.
     lanes: Lanes<C>,
     partitioner: P,
 }
 
-impl<S, C, P> ConcurrencyLimit<S, C, P> {
-    pub(crate) fn new(inner: S, lanes: Lanes<C>, partitioner: P) -> Self {
-        ConcurrencyLimit {
-            inner,
-            lanes,
-            partitioner,
+impl<C, P: Clone> Clone for LimitStage<C, P> {
+    fn clone(&self) -> Self {
+        LimitStage {
+            lanes: Arc::clone(&self.lanes),
+            partitioner: self.partitioner.clone(),
         }
     }
+}
 
+impl<C, P> fmt::Debug for LimitStage<C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitStage")
+            .field("limiter", self.lanes[0].limiter())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C, P> LimitStage<C, P> {
     /// The lane of a partitioner's answer: the unreserved pool's (0) for none, or for an
     /// index outside the partition list.
     #[inline]
@@ -50,22 +59,7 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, unwrapped.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
-    /// A read-only view of the limit this service shares with its layer.
+    /// A read-only view of the limit this stage shares with its layer.
     pub fn handle(&self) -> LimitHandle
     where
         C: Send + Sync + 'static,
@@ -74,58 +68,8 @@ impl<S, C, P> ConcurrencyLimit<S, C, P> {
     }
 }
 
-impl<S: Clone, C, P: Clone> Clone for ConcurrencyLimit<S, C, P> {
-    fn clone(&self) -> Self {
-        ConcurrencyLimit {
-            inner: self.inner.clone(),
-            lanes: Arc::clone(&self.lanes),
-            partitioner: self.partitioner.clone(),
-        }
-    }
-}
-
-impl<S: fmt::Debug, C, P> fmt::Debug for ConcurrencyLimit<S, C, P> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConcurrencyLimit")
-            .field("inner", &self.inner)
-            .field("limiter", self.lanes[0].limiter())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S, C, P, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, C, P>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    S::Error: Into<BoxError>,
-    ResB: Body,
-    C: Classifier,
-    P: Partitioner<ReqB>,
-{
-    type Response = Response<ResponseBody<ResB, C>>;
-    type Error = BoxError;
-    type Future = ResponseFuture<S, ReqB, C>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    #[inline(always)]
-    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        match self.acquire(&request) {
-            Acquire::Admitted(admitted) => {
-                ResponseFuture::called(self.inner.call(request), admitted)
-            }
-            Acquire::Queued(queued) => self.wait(queued, request),
-            Acquire::Shed(error) => ResponseFuture::shed(error),
-        }
-    }
-}
-
-impl<S, C: Classifier, P> ConcurrencyLimit<S, C, P> {
-    /// Admits `request`, queues it or sheds it, without calling the inner service: for a
-    /// service that runs the limit as one stage of its own future (see [`Acquire`]).
-    /// [`call`](Service::call) is this, then the inner call.
+impl<C: Classifier, P> LimitStage<C, P> {
+    /// Admits `request`, queues it or sheds it (see [`Acquire`]).
     #[inline]
     pub fn acquire<B>(&self, request: &Request<B>) -> Acquire<C>
     where
@@ -158,16 +102,159 @@ impl<S, C: Classifier, P> ConcurrencyLimit<S, C, P> {
             Err(why) => Acquire::Shed(limiter.shed(why)),
         }
     }
+}
 
-    /// A queued call takes the service the caller polled ready with it; this service
-    /// keeps a fresh clone.
-    #[inline(never)]
-    fn wait<B>(&mut self, queued: Queued<C>, request: Request<B>) -> ResponseFuture<S, B, C>
+impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P> {
+    type Admitted = Option<Admitted<C>>;
+    type Waiting = Queued<C>;
+    type End = Completion<C>;
+
+    #[inline(always)]
+    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, Queued<C>> {
+        match self.acquire(request) {
+            Acquire::Admitted(admitted) => Admit::Ready(Some(admitted)),
+            Acquire::Queued(queued) => Admit::Wait(queued),
+            Acquire::Shed(error) => Admit::Refuse(error.into()),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut Queued<C>>,
+        _: &mut Request<B>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        waiting.poll_admit(cx).map(|admitted| match admitted {
+            Ok(admitted) => Admit::Ready(Some(admitted)),
+            Err(shed) => Admit::Refuse(shed.into()),
+        })
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        let admitted = admitted.get_mut().take()?;
+        match answer {
+            // A plain permit goes back with the head.
+            Answer::Head { .. } | Answer::Done if admitted.is_plain() => None,
+            Answer::Head { status, headers } => admitted.on_response(status, headers),
+            Answer::Done => None,
+            Answer::Error(error) => {
+                admitted.on_error(error);
+                None
+            }
+        }
+    }
+}
+
+/// A queued call takes the service the caller polled ready with it; the limit's service
+/// keeps a fresh clone, which is why the limit needs `S: Clone`.
+impl<S: Clone, C> Handoff<S> for Queued<C> {
+    #[inline]
+    fn take(&self, inner: &mut S) -> S {
+        let fresh = inner.clone();
+        std::mem::replace(inner, fresh)
+    }
+}
+
+/// A concurrency limit around `S`, built by
+/// [`ConcurrencyLimitLayer`](crate::ConcurrencyLimitLayer); see the [crate docs](crate).
+///
+/// `poll_ready` is the inner service's own; admission happens in `call`: a call that finds
+/// the limit full is shed with [`Overloaded`](crate::Overloaded) or waits in the bounded
+/// queue inside its response future. Waiting needs the inner service after `call` has
+/// returned, which is why `S: Clone`: the ready inner service travels with the queued
+/// request, and this service keeps a fresh clone that the next `poll_ready` drives.
+///
+/// It is the stage runner ([`Staged`]) over the limit's [`LimitStage`].
+pub struct ConcurrencyLimit<S, C = StandardClassifier, P = Unpartitioned> {
+    staged: Staged<S, LimitStage<C, P>, Http>,
+}
+
+impl<S, C, P> ConcurrencyLimit<S, C, P> {
+    pub(crate) fn new(inner: S, lanes: Lanes<C>, partitioner: P) -> Self {
+        ConcurrencyLimit {
+            staged: Staged::new(inner, LimitStage { lanes, partitioner }),
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        self.staged.get_ref()
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        self.staged.get_mut()
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.staged.into_inner()
+    }
+
+    /// The limit's stage.
+    pub fn stage(&self) -> &LimitStage<C, P> {
+        self.staged.stage()
+    }
+
+    /// A read-only view of the limit this service shares with its layer.
+    pub fn handle(&self) -> LimitHandle
     where
-        S: Service<Request<B>> + Clone,
+        C: Send + Sync + 'static,
     {
-        let fresh = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, fresh);
-        ResponseFuture::queued(queued, ready, request)
+        self.stage().handle()
+    }
+}
+
+impl<S: Clone, C, P: Clone> Clone for ConcurrencyLimit<S, C, P> {
+    fn clone(&self) -> Self {
+        ConcurrencyLimit {
+            staged: self.staged.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, C, P> fmt::Debug for ConcurrencyLimit<S, C, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimit")
+            .field("inner", self.staged.get_ref())
+            .field("limiter", self.stage().lanes[0].limiter())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, P, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, C, P>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S::Error: Into<BoxError>,
+    ResB: Body,
+    C: Classifier,
+    P: Partitioner<ReqB> + Clone,
+{
+    type Response = Response<ResponseBody<ResB, C>>;
+    type Error = BoxError;
+    type Future = ResponseFuture<S, ReqB, C, P>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.staged.poll_ready(cx)
+    }
+
+    #[inline(always)]
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        self.staged.call(request)
+    }
+}
+
+impl<S, C: Classifier, P> ConcurrencyLimit<S, C, P> {
+    /// Admits `request`, queues it or sheds it, without calling the inner service: for a
+    /// caller that drives the limit by hand (see [`Acquire`]). [`call`](Service::call) is
+    /// this, then the inner call.
+    #[inline]
+    pub fn acquire<B>(&self, request: &Request<B>) -> Acquire<C>
+    where
+        P: Partitioner<B>,
+    {
+        self.stage().acquire(request)
     }
 }

@@ -2,11 +2,12 @@
 //! [`BodyFuture`] of [`BodyTimeout`](crate::BodyTimeout).
 
 use crate::body::TimeoutBody;
-use crate::service::RouteName;
+use crate::service::{RouteName, TimeoutStage};
 use crate::telemetry::{self, Phase};
 use fusebox_classify::BoxError;
-use fusebox_classify::error::{DeadlineExceeded, Elapsed};
-use http::Response;
+use fusebox_classify::error::Elapsed;
+use fusebox_classify::stage::{Opaque, StagedFuture};
+use http::{Request, Response};
 use pin_project::pin_project;
 use std::future::Future;
 use std::pin::Pin;
@@ -15,28 +16,18 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
-/// The response future of [`Timeout`](crate::Timeout): the inner call raced against its
-/// [`Bound`].
-///
-/// Fails with [`Elapsed`] when the timer fires first, and with [`DeadlineExceeded`] at once
-/// when the caller's deadline had passed before the call (the inner service was not
-/// called: no inner future).
-#[pin_project]
-#[derive(Debug)]
-pub struct ResponseFuture<F> {
-    #[pin]
-    inner: Option<F>,
-    #[pin]
-    timer: Timer,
-    bound: Bound,
-}
+/// The future of [`Timeout`](crate::Timeout) around `S` called with `Request<B>`: the
+/// inner call, bounded by the route's timeout and the caller's deadline, or a refusal
+/// when the deadline had already passed. It is the stage runner's future; the answer is
+/// handed on untouched.
+pub type ResponseFuture<S, B, C> = StagedFuture<S, Request<B>, TimeoutStage<C>, Opaque>;
 
 /// How long one call may take to answer: the instant its time is up, and what to report
 /// then. Race the call against it with a [`Timer`].
 ///
-/// Made by [`Timeout::bound`](crate::Timeout::bound), for a service that runs the timeout
-/// as one stage of its own future (fusebox's `Policy`); [`Timeout`](crate::Timeout)'s own
-/// future is the inner call, a `Bound` and a `Timer`.
+/// Made by [`TimeoutStage::bound`](crate::TimeoutStage::bound) (and
+/// [`Timeout::bound`](crate::Timeout::bound), for a caller that drives the timeout by
+/// hand); the timeout's stage holds it, with its [`Timer`], in a [`Timed`].
 #[derive(Debug)]
 pub struct Bound {
     at: Instant,
@@ -117,46 +108,35 @@ impl Timer {
     }
 }
 
-impl<F> ResponseFuture<F> {
-    /// A call bounded by `bound`.
-    #[inline]
-    pub(crate) fn new(inner: F, bound: Bound) -> Self {
-        ResponseFuture {
-            inner: Some(inner),
-            timer: Timer::new(),
-            bound,
-        }
-    }
-
-    /// A call refused because its deadline, `deadline`, had passed.
-    pub(crate) fn expired(route: RouteName, deadline: Instant) -> Self {
-        ResponseFuture {
-            inner: None,
-            timer: Timer::new(),
-            bound: Bound::until(route, deadline, Duration::ZERO),
-        }
-    }
+/// What the timeout's stage holds for an admitted call: its bound, and the timer that
+/// is armed for it the first time the call is still pending.
+#[pin_project]
+#[derive(Debug)]
+pub struct Timed {
+    bound: Bound,
+    #[pin]
+    timer: Timer,
 }
 
-impl<F, T, E> Future for ResponseFuture<F>
-where
-    F: Future<Output = Result<T, E>>,
-    E: Into<BoxError>,
-{
-    type Output = Result<T, BoxError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let Some(inner) = this.inner.as_pin_mut() else {
-            return Poll::Ready(Err(Box::new(DeadlineExceeded::new())));
-        };
-        // The call first, as tower's Timeout does: a response that is ready is returned
-        // even if the timer is due, and a call that completes on its first poll never
-        // arms a timer.
-        if let Poll::Ready(result) = inner.poll(cx) {
-            return Poll::Ready(result.map_err(Into::into));
+impl Timed {
+    #[inline]
+    pub(crate) fn new(bound: Bound) -> Self {
+        Timed {
+            bound,
+            timer: Timer::new(),
         }
-        Poll::Ready(Err(ready!(this.timer.poll_elapsed(this.bound, cx))))
+    }
+
+    /// The call's bound.
+    pub fn bound(&self) -> &Bound {
+        &self.bound
+    }
+
+    /// Ready with [`Elapsed`] once the bound has passed.
+    #[inline]
+    pub fn poll_elapsed(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BoxError> {
+        let this = self.project();
+        this.timer.poll_elapsed(this.bound, cx)
     }
 }
 

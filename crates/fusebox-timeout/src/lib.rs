@@ -152,14 +152,13 @@ pub use crate::layer::{
 };
 #[cfg(feature = "serde")]
 pub use crate::section::{DeadlineSection, TimeoutSection};
-pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
+pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout, TimeoutStage};
 
-/// What fusebox's `Policy` runs the timeout with when it composes the timeout into its own
-/// future instead of stacking [`Timeout`] as a service ([`Timeout::bound`] hands these
-/// out). Using the layer needs none of them; their shape follows that composition and may
-/// change in any release.
+/// What the timeout's stage ([`TimeoutStage`]) holds for a call, and what
+/// [`Timeout::bound`] hands out for a caller that drives the timeout by hand. Using the
+/// layer needs none of them; their shape may change in any release.
 pub mod compose {
-    pub use crate::future::{Bound, Timer};
+    pub use crate::future::{Bound, Timed, Timer};
     pub use crate::service::Expired;
 }
 pub use fusebox_classify::Deadline;

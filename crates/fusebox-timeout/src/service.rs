@@ -3,13 +3,15 @@
 use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
-use crate::future::{BodyFuture, Bound, ResponseFuture};
+use crate::future::{BodyFuture, Bound, ResponseFuture, Timed};
 use crate::telemetry;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
 use fusebox_classify::shard::{Lease, Leases};
+use fusebox_classify::stage::{Admit, Answer, NoEnd, NoWait, Opaque, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, Deadline, RouteId, RouteTable};
 use http::{HeaderMap, Request, Response};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -81,59 +83,21 @@ impl std::fmt::Debug for RouteName {
     }
 }
 
-/// Bounds every call by its route's timeout and by the caller's deadline, if any.
+/// The timeout's per-call logic, as a [`Stage`]: bound the call by its route's timeout
+/// and the caller's deadline (telling the next hop its budget), refuse it at once when
+/// the deadline has passed, and end it with [`Elapsed`](crate::error::Elapsed) when the
+/// bound passes first.
 ///
-/// Built by [`TimeoutLayer`](crate::TimeoutLayer); see the [crate docs](crate) for the
-/// behaviour. Fails with [`Elapsed`](crate::error::Elapsed) when a call gets no response
-/// in time, and with [`DeadlineExceeded`](crate::error::DeadlineExceeded), without calling
-/// the inner service, when the deadline had already passed. The response itself passes
-/// through untouched (bound its body with [`BodyTimeout`]).
+/// [`Timeout`] runs it alone; fusebox's `Policy` runs it innermost, after the breaker's
+/// and the limit's stages, in one future.
 #[derive(Debug, Clone)]
-pub struct Timeout<S, C> {
-    inner: S,
+pub struct TimeoutStage<C> {
     routes: RouteTable<C>,
     names: RouteNames,
     config: TimeoutConfig,
 }
 
-impl<S, C: Classifier> Timeout<S, C> {
-    /// Wraps `inner`.
-    pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
-        Timeout::with_names(inner, RouteNames::new(&routes), routes, config)
-    }
-
-    /// Wraps `inner`, with the names the layer made of `routes`.
-    pub(crate) fn with_names(
-        inner: S,
-        names: RouteNames,
-        routes: RouteTable<C>,
-        config: TimeoutConfig,
-    ) -> Self {
-        Timeout {
-            inner,
-            names,
-            routes,
-            config,
-        }
-    }
-}
-
-impl<S, C> Timeout<S, C> {
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
+impl<C> TimeoutStage<C> {
     /// Writes the budget of a call with a deadline into the request's headers (never
     /// loosening a stricter value the request already carries). Allocates: only called
     /// for requests that carry a deadline.
@@ -155,6 +119,108 @@ impl<S, C> Timeout<S, C> {
     }
 }
 
+impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
+    type Admitted = Timed;
+    type Waiting = NoWait;
+    type End = NoEnd;
+
+    #[inline(always)]
+    fn admit(&self, request: &mut Request<B>) -> Admit<Timed, NoWait> {
+        match self.bound(request) {
+            Ok(bound) => Admit::Ready(Timed::new(bound)),
+            Err(expired) => Admit::Refuse(expired.into_error()),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut NoWait>,
+        _: &mut Request<B>,
+        _: &mut Context<'_>,
+    ) -> Poll<Admit<Timed, NoWait>> {
+        match *waiting.get_mut() {}
+    }
+
+    #[inline(always)]
+    fn poll_deadline(admitted: Pin<&mut Timed>, cx: &mut Context<'_>) -> Poll<BoxError> {
+        admitted.poll_elapsed(cx)
+    }
+
+    #[inline(always)]
+    fn on_answer(_: Pin<&mut Timed>, _: Answer<'_>) -> Option<NoEnd> {
+        None
+    }
+}
+
+/// Bounds every call by its route's timeout and by the caller's deadline, if any.
+///
+/// Built by [`TimeoutLayer`](crate::TimeoutLayer); see the [crate docs](crate) for the
+/// behaviour. Fails with [`Elapsed`](crate::error::Elapsed) when a call gets no response
+/// in time, and with [`DeadlineExceeded`](crate::error::DeadlineExceeded), without calling
+/// the inner service, when the deadline had already passed. The response itself passes
+/// through untouched (bound its body with [`BodyTimeout`]).
+///
+/// It is the stage runner ([`Staged`]) over the timeout's [`TimeoutStage`].
+#[derive(Debug, Clone)]
+pub struct Timeout<S, C> {
+    staged: Staged<S, TimeoutStage<C>, Opaque>,
+}
+
+impl<S, C: Classifier> Timeout<S, C> {
+    /// Wraps `inner`.
+    pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
+        Timeout::with_names(inner, RouteNames::new(&routes), routes, config)
+    }
+
+    /// Wraps `inner`, with the names the layer made of `routes`.
+    pub(crate) fn with_names(
+        inner: S,
+        names: RouteNames,
+        routes: RouteTable<C>,
+        config: TimeoutConfig,
+    ) -> Self {
+        Timeout {
+            staged: Staged::new(
+                inner,
+                TimeoutStage {
+                    names,
+                    routes,
+                    config,
+                },
+            ),
+        }
+    }
+
+    /// The call's time bound, without calling the inner service: for a caller that drives
+    /// the timeout by hand. See [`TimeoutStage::bound`].
+    #[inline]
+    pub fn bound<B>(&self, request: &mut Request<B>) -> Result<Bound, Expired> {
+        self.stage().bound(request)
+    }
+}
+
+impl<S, C> Timeout<S, C> {
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        self.staged.get_ref()
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        self.staged.get_mut()
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.staged.into_inner()
+    }
+
+    /// The timeout's stage.
+    pub fn stage(&self) -> &TimeoutStage<C> {
+        self.staged.stage()
+    }
+}
+
 impl<S, C, ReqBody> Service<Request<ReqBody>> for Timeout<S, C>
 where
     S: Service<Request<ReqBody>>,
@@ -163,18 +229,15 @@ where
 {
     type Response = S::Response;
     type Error = BoxError;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S, ReqBody, C>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
+        self.staged.poll_ready(cx)
     }
 
     #[inline(always)]
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        match self.bound(&mut request) {
-            Ok(bound) => ResponseFuture::new(self.inner.call(request), bound),
-            Err(expired) => ResponseFuture::expired(expired.route, expired.deadline),
-        }
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        self.staged.call(request)
     }
 }
 
@@ -190,17 +253,26 @@ impl Expired {
     pub fn into_error(self) -> BoxError {
         Box::new(DeadlineExceeded::new())
     }
+
+    /// The name of the call's route.
+    pub fn route(&self) -> &str {
+        self.route.get()
+    }
+
+    /// The deadline that had passed.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
 }
 
-impl<S, C: Classifier> Timeout<S, C> {
+impl<C: Classifier> TimeoutStage<C> {
     /// How long `request` may take to answer: its route's timeout, or less if its
     /// [`Deadline`] comes first (then the deadline's headers are written into the request
     /// when the layer propagates them); [`Expired`] (counted in the metrics) when the
     /// deadline has passed already and the call must not be made.
     ///
-    /// For a service that runs the timeout as one stage of its own future (fusebox's
-    /// `Policy`); [`call`](Service::call) is this, then the inner call raced against the
-    /// bound.
+    /// The stage's admission is this; a caller that drives the timeout by hand races the
+    /// inner call against the bound with a [`Timer`](crate::compose::Timer).
     ///
     /// ```
     /// use fusebox_classify::{Route, RouteTable};

@@ -498,12 +498,15 @@ fn services_futures_and_bodies_are_send_and_static() {
     fn send_static<T: Send + 'static>() {}
     type Svc = crate::Timeout<mock::Mock<Req, Res>, fusebox_classify::StandardClassifier>;
     send_static::<Svc>();
-    send_static::<crate::future::ResponseFuture<mock::future::ResponseFuture<Res>>>();
+    type Fut = crate::future::ResponseFuture<
+        mock::Mock<Req, Res>,
+        (),
+        fusebox_classify::StandardClassifier,
+    >;
+    send_static::<Fut>();
     send_static::<TimeoutBody<Channel<Bytes>>>();
     send_static::<crate::BodyTimeout<Svc, fusebox_classify::StandardClassifier>>();
-    send_static::<
-        crate::future::BodyFuture<crate::future::ResponseFuture<mock::future::ResponseFuture<Res>>>,
-    >();
+    send_static::<crate::future::BodyFuture<Fut>>();
     send_static::<BodyTimeoutLayer>();
     send_static::<crate::IncomingDeadline<mock::Mock<Req, Res>>>();
     send_static::<TimeoutLayer>();

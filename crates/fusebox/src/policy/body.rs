@@ -1,6 +1,6 @@
 //! The response body of a [`PolicyService`](crate::PolicyService).
 
-use crate::policy::guarded::GuardedBody;
+use crate::policy::stages::GuardedBody;
 use bytes::Bytes;
 use fusebox_classify::{BoxError, Classifier};
 use http_body::{Body, Frame, SizeHint};

@@ -24,8 +24,8 @@
 //! A policy is a [`Layer`]: `ServiceBuilder::new().layer(policy).service(client)`. Every
 //! layer is optional, and leaving one out does not change the service's type (see
 //! [`stack`] for how, and what an absent layer costs: one `match`). The breaker, the limit
-//! and the timeout run as one fused stage, one future and one response-body wrapper for
-//! the three ([`guarded`]): they behave exactly as the three layers stacked by hand, for a
+//! and the timeout run as one tuple of their stages, one future and one response-body wrapper for
+//! the three ([`stages`]): they behave exactly as the three layers stacked by hand, for a
 //! fraction of the cost of moving requests, responses and futures between three services. Its state — the
 //! breaker, the limit's permits, the retry budget — is created once, by
 //! [`PolicyBuilder::build`], and shared by every service the policy makes: a framework that
@@ -70,21 +70,22 @@
 mod body;
 mod fallback;
 mod future;
-pub mod guarded;
 mod key;
 mod ramp;
 mod service;
 pub mod stack;
+pub mod stages;
 mod store;
 
 pub use self::body::{PolicyBody, StackBody};
 pub use self::fallback::{FALLBACKS_TOTAL, Fallback, FallbackContext, FallbackReason};
 pub use self::future::ResponseFuture;
-use self::guarded::{BreakerPart, Guarded, Parts};
 pub use self::key::{BreakerKey, KeyBy};
 pub use self::ramp::RecoveryRamp;
 pub use self::service::PolicyService;
+use self::stages::{BreakerStages, PolicyStages};
 pub use self::store::{BreakerStore, PolicyStore};
+use fusebox_classify::stage::Staged;
 
 use self::fallback::Armed;
 use self::ramp::Ramp;
@@ -637,15 +638,17 @@ impl<C: Classifier> PolicyBuilder<C> {
             .transpose()
             .map_err(|e| e.prefixed("retry"))?;
         let fallback = fallback.map(|f| Armed::new(f, on_route.into_boxed_slice(), &self.name));
-        let parts = Arc::new(Parts {
-            breaker: match &breaker {
-                BreakerLayer::Off => BreakerPart::Off,
-                BreakerLayer::Single(b) => BreakerPart::Single(b.layer(())),
-                BreakerLayer::Keyed(b) => BreakerPart::Keyed(b.layer(())),
+        let parts: Arc<PolicyStages<C>> = Arc::new((
+            match &breaker {
+                BreakerLayer::Off => None,
+                BreakerLayer::Single(b) => Some(BreakerStages::Single(b.layer(()).stage().clone())),
+                BreakerLayer::Keyed(b) => Some(BreakerStages::Keyed(b.layer(()).stage().clone())),
             },
-            limit: limit.as_ref().map(|l| l.layer(())),
-            timeout: timeout.as_ref().map(|t| t.layer(())),
-        });
+            (
+                limit.as_ref().map(|l| l.layer(()).stage().clone()),
+                timeout.as_ref().map(|t| t.layer(()).stage().clone()),
+            ),
+        ));
         Ok(Policy {
             inner: Arc::new(PolicyLayers {
                 settings,
@@ -702,8 +705,8 @@ pub(crate) struct PolicyLayers<C> {
     timeout: Option<TimeoutLayer<C>>,
     /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
     store: BreakerStore,
-    /// The breaker, limit and timeout as the fused stage consults them.
-    parts: Arc<Parts<C>>,
+    /// The breaker's, the limit's and the timeout's stages, as every service runs them.
+    parts: Arc<PolicyStages<C>>,
     shared: Arc<Shared<C>>,
 }
 
@@ -881,7 +884,7 @@ impl<S, C: Classifier> Layer<S> for Policy<C> {
     fn layer(&self, inner: S) -> Self::Service {
         use self::stack::Optional;
         let l = &*self.inner;
-        let guarded = Guarded::new(inner, Arc::clone(&l.parts));
+        let guarded = Staged::new(inner, Arc::clone(&l.parts));
         let retry = match &l.retry {
             Some(r) => Optional::On(r.layer(guarded)),
             None => Optional::Off(guarded),

@@ -1,6 +1,6 @@
 //! The stages a [`PolicyService`](crate::PolicyService) is made of: the retry layer
 //! (outermost), present or passed through, around [`Guarded`] — the circuit breaker,
-//! concurrency limit and timeout run as one service ([`guarded`](super::guarded)).
+//! concurrency limit and timeout run as one service ([`stages`](super::stages)).
 //!
 //! A policy may leave any layer out. Leaving one out must not change the service's type —
 //! otherwise every combination of layers would be a different type, and a struct field, a
@@ -29,7 +29,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use tower_service::Service;
 
-pub use crate::policy::guarded::{End, Guarded, GuardedBody, GuardedFuture};
+pub use crate::policy::stages::{End, Guarded, GuardedBody, GuardedFuture};
 
 /// A layer's service (`On`) or the service it would have wrapped (`Off`). Closed: a stage is
 /// on or off.

@@ -1,0 +1,839 @@
+//! The one mechanism every fusebox layer runs its per-call logic through.
+//!
+//! Each layer's per-call logic is a [`Stage`]: what it decides before the call
+//! ([`Stage::admit`]: go, wait, or refuse), how long the call may take
+//! ([`Stage::poll_deadline`]), and what it records once the answer is in
+//! ([`Stage::on_answer`], which may leave something for the end of the response stream).
+//! [`Staged`] is the one service, [`StagedFuture`] the one future and
+//! [`ClassifiedBody`] the one body that run a stage around an inner service.
+//!
+//! A pair of stages is a stage: `(outer, inner)` admits at `outer` first, then at
+//! `inner`, and hands the answer to `inner` first, then to `outer` — what the two layers
+//! would do stacked, as one future and one body wrapper instead of two of each. An
+//! `Option` of a stage is a stage that can be turned off. fusebox's circuit breaker,
+//! concurrency limit and timeout layers are each [`Staged`] over their own stage, and
+//! fusebox's `Policy` is the retry around [`Staged`] over the three of them.
+//!
+//! How the answer is read and handed on depends on what the inner service answers
+//! ([`Reply`]): an HTTP response is judged by its head and comes back with its body wrapped
+//! ([`Http`]); any other answer comes back untouched and only its `Ok` or `Err` is seen
+//! ([`Opaque`]).
+//!
+//! # Example
+//!
+//! A stage that counts the calls it admits and refuses every third one:
+//!
+//! ```
+//! use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged};
+//! use fusebox_classify::BoxError;
+//! use http::{Request, Response};
+//! use std::pin::Pin;
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::task::{Context, Poll};
+//! use tower::{Service, ServiceExt};
+//!
+//! #[derive(Clone, Default)]
+//! struct EveryThird(Arc<AtomicUsize>);
+//!
+//! impl<B> Stage<Request<B>> for EveryThird {
+//!     type Admitted = ();
+//!     type Waiting = NoWait;
+//!     type End = NoEnd;
+//!
+//!     fn admit(&self, _: &mut Request<B>) -> Admit<(), NoWait> {
+//!         if self.0.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
+//!             Admit::Refuse("every third call is refused".into())
+//!         } else {
+//!             Admit::Ready(())
+//!         }
+//!     }
+//!
+//!     fn poll_wait(
+//!         &self,
+//!         waiting: Pin<&mut NoWait>,
+//!         _: &mut Request<B>,
+//!         _: &mut Context<'_>,
+//!     ) -> Poll<Admit<(), NoWait>> {
+//!         match *waiting.get_mut() {}
+//!     }
+//!
+//!     fn on_answer(_: Pin<&mut ()>, _: Answer<'_>) -> Option<NoEnd> {
+//!         None
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let inner = tower::service_fn(|_: Request<()>| async {
+//!     Ok::<_, BoxError>(Response::new(String::from("ok")))
+//! });
+//! let mut svc = Staged::<_, _, Http>::new(inner, EveryThird::default());
+//! for n in 0..3 {
+//!     let answer = svc.ready().await.unwrap().call(Request::new(())).await;
+//!     assert_eq!(answer.is_ok(), n != 2);
+//! }
+//! # }
+//! ```
+
+use crate::BoxError;
+use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
+use http::{HeaderMap, Response, StatusCode};
+use http_body::Body;
+use pin_project::pin_project;
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use tower_service::Service;
+
+/// What a stage decides for a call before it is sent.
+#[derive(Debug)]
+pub enum Admit<A, W> {
+    /// The call may go; `A` is what the stage holds until the answer is in.
+    Ready(A),
+    /// The call has to wait (a full limit's queue); poll [`Stage::poll_wait`] with `W`.
+    Wait(W),
+    /// The call is refused and never sent; the error is the call's answer.
+    Refuse(BoxError),
+    /// The call was admitted by the outer part of a stage and refused by an inner part: it
+    /// is never sent, and when its future is polled the error is its answer, told to what
+    /// admitted it (`A`) — as a refusal by an inner layer reaches the layers around it.
+    Fail(A, BoxError),
+}
+
+/// The answer a stage is told about in [`Stage::on_answer`].
+#[derive(Debug, Clone, Copy)]
+pub enum Answer<'a> {
+    /// An HTTP response head.
+    Head {
+        /// The response's status.
+        status: StatusCode,
+        /// The response's headers.
+        headers: &'a HeaderMap,
+    },
+    /// An answer with no head to judge: a plain service's `Ok`.
+    Done,
+    /// The call failed with this error (the inner service's, or a refusal by an inner
+    /// stage).
+    Error(&'a (dyn Error + 'static)),
+}
+
+/// One layer's per-call logic; see the [module docs](self).
+///
+/// The stage itself is consulted only when a call is admitted (and while it waits): once
+/// admitted, everything the call needs is in its [`Admitted`](Stage::Admitted) value, so
+/// the healthy call's future holds no reference to the stage.
+pub trait Stage<Req> {
+    /// What an admitted call holds until its answer is in. Dropping it unanswered means
+    /// the call was cancelled: it gives back what it holds and counts nothing.
+    type Admitted;
+    /// What a call that has to wait holds while it waits ([`NoWait`] for a stage that
+    /// never makes a call wait).
+    type Waiting;
+    /// What the response body still owes the stage when its stream ends ([`NoEnd`] for
+    /// a stage that is always done with the head).
+    type End: OnEndOfStream;
+
+    /// Decides whether `request` may go now, must wait, or is refused. The stage may
+    /// change the request (a timeout tells the next hop its deadline).
+    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting>;
+
+    /// Drives a waiting call; ready with its admission ([`Admit::Ready`]), or with the
+    /// error that refuses it ([`Admit::Refuse`], or [`Admit::Fail`] when part of the stage
+    /// had admitted it). Never [`Admit::Wait`].
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut Self::Waiting>,
+        request: &mut Req,
+        cx: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>>;
+
+    /// Polled while the inner call is pending: ready with the error that ends the call
+    /// when the stage's deadline has passed. The default has no deadline.
+    #[inline(always)]
+    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
+        let _ = (admitted, cx);
+        Poll::Pending
+    }
+
+    /// The call's answer is in: record it, and return what the response body still owes
+    /// the stage, if anything. Called at most once per admitted call.
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End>;
+}
+
+/// What a waiting call needs from the service it was polled ready on: a call that waits
+/// takes that service with it, and the runner keeps a clone in its place (as tower's
+/// buffering layers do), which is why a stage that can wait needs `S: Clone`.
+pub trait Handoff<S> {
+    /// The service the waiting call takes with it, leaving a fresh one in `inner`.
+    fn take(&self, inner: &mut S) -> S;
+}
+
+/// The [`Waiting`](Stage::Waiting) of a stage that never makes a call wait: it has no
+/// values, so the waiting paths of a runner over such stages compile to nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoWait {}
+
+impl<S> Handoff<S> for NoWait {
+    fn take(&self, _: &mut S) -> S {
+        match *self {}
+    }
+}
+
+/// The [`End`](Stage::End) of a stage that never waits for the end of the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoEnd {}
+
+impl OnEndOfStream for NoEnd {
+    fn on_end(self, _: StreamEnd<'_>) {
+        match self {}
+    }
+}
+
+// === impl (A, B) ===
+
+/// What a pair of stages holds for an admitted call: the outer stage's admission and the
+/// inner one's (`None` when the inner stage refused the call).
+#[pin_project]
+#[derive(Debug)]
+pub struct Both<A, B> {
+    #[pin]
+    outer: A,
+    #[pin]
+    inner: Option<B>,
+}
+
+/// How a pair of stages makes a call wait: at the outer stage (the inner one has not been
+/// asked yet), or at the inner one (the outer one admitted it).
+#[pin_project(project = PairWaitProj)]
+#[derive(Debug)]
+pub enum PairWait<A, WA, WB> {
+    /// Waiting at the outer stage.
+    Outer(#[pin] WA),
+    /// Admitted by the outer stage, waiting at the inner one.
+    Inner {
+        /// The outer stage's admission, kept unpinned until the call is sent.
+        outer: Option<A>,
+        /// The inner stage's wait.
+        #[pin]
+        waiting: WB,
+    },
+}
+
+impl<S, A, WA: Handoff<S>, WB: Handoff<S>> Handoff<S> for PairWait<A, WA, WB> {
+    #[inline]
+    fn take(&self, inner: &mut S) -> S {
+        match self {
+            PairWait::Outer(w) => w.take(inner),
+            PairWait::Inner { waiting, .. } => waiting.take(inner),
+        }
+    }
+}
+
+/// The inner stage's decision after the outer stage admitted the call with `outer`; an
+/// inner wait is the caller's to handle (it keeps `outer` in the pair's wait).
+#[inline(always)]
+fn with_outer<A, B>(outer: A, inner: Admit<B, NoWait>) -> Admit<Both<A, B>, NoWait> {
+    match inner {
+        Admit::Ready(inner) => Admit::Ready(Both {
+            outer,
+            inner: Some(inner),
+        }),
+        Admit::Wait(never) => match never {},
+        Admit::Refuse(error) => Admit::Fail(Both { outer, inner: None }, error),
+        Admit::Fail(inner, error) => Admit::Fail(
+            Both {
+                outer,
+                inner: Some(inner),
+            },
+            error,
+        ),
+    }
+}
+
+impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
+    type Admitted = Both<A::Admitted, B::Admitted>;
+    type Waiting = PairWait<A::Admitted, A::Waiting, B::Waiting>;
+    /// The inner stage's end first, then the outer one's: the inner body sat inside.
+    type End = (Option<B::End>, Option<A::End>);
+
+    #[inline(always)]
+    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting> {
+        let outer = match self.0.admit(request) {
+            Admit::Ready(outer) => outer,
+            Admit::Wait(waiting) => return Admit::Wait(PairWait::Outer(waiting)),
+            Admit::Refuse(error) => return Admit::Refuse(error),
+            Admit::Fail(outer, error) => return Admit::Fail(Both { outer, inner: None }, error),
+        };
+        match self.1.admit(request) {
+            Admit::Ready(inner) => Admit::Ready(Both {
+                outer,
+                inner: Some(inner),
+            }),
+            Admit::Wait(waiting) => Admit::Wait(PairWait::Inner {
+                outer: Some(outer),
+                waiting,
+            }),
+            // Told to the outer stage when the call's future is polled, as a refusal by an
+            // inner layer reaches the layers around it.
+            Admit::Refuse(error) => Admit::Fail(Both { outer, inner: None }, error),
+            Admit::Fail(inner, error) => Admit::Fail(
+                Both {
+                    outer,
+                    inner: Some(inner),
+                },
+                error,
+            ),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        mut waiting: Pin<&mut Self::Waiting>,
+        request: &mut Req,
+        cx: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        loop {
+            match waiting.as_mut().project() {
+                PairWaitProj::Outer(w) => {
+                    let outer = match ready!(self.0.poll_wait(w, request, cx)) {
+                        Admit::Ready(outer) => outer,
+                        Admit::Wait(never) => match never {},
+                        Admit::Refuse(error) => return Poll::Ready(Admit::Refuse(error)),
+                        Admit::Fail(outer, error) => {
+                            return Poll::Ready(Admit::Fail(Both { outer, inner: None }, error));
+                        }
+                    };
+                    let inner = match self.1.admit(request) {
+                        Admit::Wait(w) => {
+                            waiting.set(PairWait::Inner {
+                                outer: Some(outer),
+                                waiting: w,
+                            });
+                            continue;
+                        }
+                        Admit::Ready(inner) => Admit::Ready(inner),
+                        Admit::Refuse(error) => Admit::Refuse(error),
+                        Admit::Fail(inner, error) => Admit::Fail(inner, error),
+                    };
+                    return Poll::Ready(with_outer(outer, inner));
+                }
+                PairWaitProj::Inner { outer, waiting: w } => {
+                    let inner = ready!(self.1.poll_wait(w, request, cx));
+                    // `None`: polled again after it was ready; it stays pending.
+                    let Some(outer) = outer.take() else {
+                        return Poll::Pending;
+                    };
+                    return Poll::Ready(with_outer(outer, inner));
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
+        let both = admitted.project();
+        // The inner stage's deadline first, as the inner layer's timer would fire first.
+        if let Some(inner) = both.inner.as_pin_mut()
+            && let Poll::Ready(error) = B::poll_deadline(inner, cx)
+        {
+            return Poll::Ready(error);
+        }
+        A::poll_deadline(both.outer, cx)
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        let both = admitted.project();
+        let inner = match both.inner.as_pin_mut() {
+            Some(inner) => B::on_answer(inner, answer),
+            None => None,
+        };
+        let outer = A::on_answer(both.outer, answer);
+        if inner.is_none() && outer.is_none() {
+            None
+        } else {
+            Some((inner, outer))
+        }
+    }
+}
+
+// === impl Option<St> ===
+
+/// A stage that is there or not: `None` admits every call and records nothing.
+impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
+    type Admitted = Option<St::Admitted>;
+    type Waiting = St::Waiting;
+    type End = St::End;
+
+    #[inline(always)]
+    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting> {
+        match self {
+            None => Admit::Ready(None),
+            Some(stage) => some(stage.admit(request)),
+        }
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut Self::Waiting>,
+        request: &mut Req,
+        cx: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        match self {
+            Some(stage) => stage.poll_wait(waiting, request, cx).map(some),
+            // Only a stage that is there makes a call wait.
+            None => Poll::Pending,
+        }
+    }
+
+    #[inline(always)]
+    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
+        match admitted.as_pin_mut() {
+            Some(admitted) => St::poll_deadline(admitted, cx),
+            None => Poll::Pending,
+        }
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        St::on_answer(admitted.as_pin_mut()?, answer)
+    }
+}
+
+/// A stage's decision, as its `Option`'s.
+#[inline(always)]
+fn some<A, W>(admit: Admit<A, W>) -> Admit<Option<A>, W> {
+    match admit {
+        Admit::Ready(admitted) => Admit::Ready(Some(admitted)),
+        Admit::Wait(waiting) => Admit::Wait(waiting),
+        Admit::Refuse(error) => Admit::Refuse(error),
+        Admit::Fail(admitted, error) => Admit::Fail(Some(admitted), error),
+    }
+}
+
+/// `None` tells nothing; `Some` tells its callback.
+impl<E: OnEndOfStream> OnEndOfStream for Option<E> {
+    #[inline]
+    fn on_end(self, end: StreamEnd<'_>) {
+        if let Some(e) = self {
+            e.on_end(end);
+        }
+    }
+}
+
+// === impl Arc<St> ===
+
+/// A shared stage: what the runners of one policy (or layer) hold, one pointer each.
+impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
+    type Admitted = St::Admitted;
+    type Waiting = St::Waiting;
+    type End = St::End;
+
+    #[inline(always)]
+    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting> {
+        (**self).admit(request)
+    }
+
+    fn poll_wait(
+        &self,
+        waiting: Pin<&mut Self::Waiting>,
+        request: &mut Req,
+        cx: &mut Context<'_>,
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        (**self).poll_wait(waiting, request, cx)
+    }
+
+    #[inline(always)]
+    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
+        St::poll_deadline(admitted, cx)
+    }
+
+    #[inline(always)]
+    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+        St::on_answer(admitted, answer)
+    }
+}
+
+// === Reply ===
+
+/// How a runner reads the inner service's answer and hands it on.
+pub trait Reply<R> {
+    /// The answer the runner hands on, carrying what the stages still owe (`E`).
+    type Output<E: OnEndOfStream>;
+
+    /// The answer as the stages see it.
+    fn answer(response: &R) -> Answer<'_>;
+
+    /// The answer handed on, with what the stages still wait for at the end of its stream.
+    fn wrap<E: OnEndOfStream>(response: R, end: Option<E>) -> Self::Output<E>;
+}
+
+/// HTTP answers: judged by their head, handed on with their body in a [`ClassifiedBody`]
+/// (which tells the stages how the stream ended when they wait for it).
+#[derive(Debug, Clone, Copy)]
+pub enum Http {}
+
+impl<B: Body> Reply<Response<B>> for Http {
+    type Output<E: OnEndOfStream> = Response<ClassifiedBody<B, E>>;
+
+    #[inline(always)]
+    fn answer(response: &Response<B>) -> Answer<'_> {
+        Answer::Head {
+            status: response.status(),
+            headers: response.headers(),
+        }
+    }
+
+    #[inline(always)]
+    fn wrap<E: OnEndOfStream>(response: Response<B>, end: Option<E>) -> Self::Output<E> {
+        match end {
+            Some(end) => ClassifiedBody::for_response(response, end),
+            None => response.map(ClassifiedBody::passthrough),
+        }
+    }
+}
+
+/// Any answer: only its `Ok` ([`Answer::Done`]) or `Err` is seen, and it is handed on
+/// untouched, in the inner service's own type.
+#[derive(Debug, Clone, Copy)]
+pub enum Opaque {}
+
+impl<R> Reply<R> for Opaque {
+    type Output<E: OnEndOfStream> = R;
+
+    #[inline(always)]
+    fn answer(_: &R) -> Answer<'_> {
+        Answer::Done
+    }
+
+    #[inline(always)]
+    fn wrap<E: OnEndOfStream>(response: R, end: Option<E>) -> R {
+        // There is no stream to wait for: whatever a stage waits for ends with the answer.
+        if let Some(end) = end {
+            end.on_end(StreamEnd::Dropped);
+        }
+        response
+    }
+}
+
+// === impl Staged ===
+
+/// The service that runs `St` around `S`; answers are read and handed on as `P` says
+/// ([`Http`] or [`Opaque`]). See the [module docs](self).
+pub struct Staged<S, St, P> {
+    inner: S,
+    stage: St,
+    reply: PhantomData<fn() -> P>,
+}
+
+impl<S, St, P> Staged<S, St, P> {
+    /// Runs `stage` around `inner`.
+    pub fn new(inner: S, stage: St) -> Self {
+        Staged {
+            inner,
+            stage,
+            reply: PhantomData,
+        }
+    }
+
+    /// The stage.
+    pub fn stage(&self) -> &St {
+        &self.stage
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the runner.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, St: Clone, P> Clone for Staged<S, St, P> {
+    fn clone(&self) -> Self {
+        Staged {
+            inner: self.inner.clone(),
+            stage: self.stage.clone(),
+            reply: PhantomData,
+        }
+    }
+}
+
+impl<S: fmt::Debug, St: fmt::Debug, P> fmt::Debug for Staged<S, St, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Staged")
+            .field("inner", &self.inner)
+            .field("stage", &self.stage)
+            .finish()
+    }
+}
+
+impl<S, St, P, Req> Service<Req> for Staged<S, St, P>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    St: Stage<Req> + Clone,
+    St::Waiting: Handoff<S>,
+    P: Reply<S::Response>,
+{
+    type Response = P::Output<St::End>;
+    type Error = BoxError;
+    type Future = StagedFuture<S, Req, St, P>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        // Admission is decided per call, in `call`: a stage that refuses does so at once
+        // instead of holding `poll_ready` (and with it the caller's whole stack) pending.
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    #[inline(always)]
+    fn call(&mut self, mut request: Req) -> Self::Future {
+        match self.stage.admit(&mut request) {
+            Admit::Ready(admitted) => StagedFuture {
+                phase: Phase::Called {
+                    future: self.inner.call(request),
+                },
+                admitted: Some(admitted),
+                reply: PhantomData,
+            },
+            Admit::Wait(waiting) => self.wait(waiting, request),
+            Admit::Refuse(error) => StagedFuture::refused(error, None),
+            Admit::Fail(admitted, error) => StagedFuture::refused(error, Some(admitted)),
+        }
+    }
+}
+
+impl<S, St, P> Staged<S, St, P> {
+    /// A call that has to wait takes the service the caller polled ready with it (and the
+    /// stage, to admit it later); this runner keeps a fresh service in its place.
+    #[inline(never)]
+    fn wait<Req>(&mut self, waiting: St::Waiting, request: Req) -> StagedFuture<S, Req, St, P>
+    where
+        S: Service<Req>,
+        St: Stage<Req> + Clone,
+        St::Waiting: Handoff<S>,
+    {
+        let service = waiting.take(&mut self.inner);
+        StagedFuture {
+            phase: Phase::Waiting {
+                waiter: Box::pin(Waiter {
+                    waiting,
+                    stage: self.stage.clone(),
+                    call: Some((service, request)),
+                }),
+            },
+            admitted: None,
+            reply: PhantomData,
+        }
+    }
+}
+
+// === impl StagedFuture ===
+
+/// The future of [`Staged`]: the inner call bounded by the stages' deadlines, a wait for
+/// admission, or a refusal.
+///
+/// Dropping it at any point gives back what the stages handed the call (a place in a
+/// queue, a permit, a breaker's probe) and counts nothing: the call was cancelled.
+#[pin_project]
+pub struct StagedFuture<S, Req, St, P>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    #[pin]
+    phase: Phase<S, Req, St>,
+    #[pin]
+    admitted: Option<St::Admitted>,
+    reply: PhantomData<fn() -> P>,
+}
+
+#[pin_project(project = PhaseProj)]
+enum Phase<S, Req, St>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    Called {
+        #[pin]
+        future: S::Future,
+    },
+    /// Boxed: only calls that find a limit full wait, and the request and service they
+    /// carry would make every call's future larger.
+    Waiting {
+        waiter: Pin<Box<Waiter<S, Req, St>>>,
+    },
+    /// Refused before it was sent: the error, taken by the poll that returns it (and told
+    /// to what the outer part of the stage had admitted, if anything).
+    Refused { error: Option<BoxError> },
+}
+
+/// A waiting call, with what it needs to be sent once admitted.
+#[pin_project]
+struct Waiter<S, Req, St: Stage<Req>> {
+    #[pin]
+    waiting: St::Waiting,
+    stage: St,
+    call: Option<(S, Req)>,
+}
+
+impl<S, Req, St, P> StagedFuture<S, Req, St, P>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    /// A call refused before it was sent; `admitted` is what the outer part of the stage
+    /// had admitted it with, told of the refusal when the future is polled.
+    #[cold]
+    fn refused(error: BoxError, admitted: Option<St::Admitted>) -> Self {
+        StagedFuture {
+            phase: Phase::Refused { error: Some(error) },
+            admitted,
+            reply: PhantomData,
+        }
+    }
+}
+
+impl<S, Req, St, P> fmt::Debug for StagedFuture<S, Req, St, P>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+    St::Admitted: fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let phase = match &self.phase {
+            Phase::Called { .. } => "called",
+            Phase::Waiting { .. } => "waiting",
+            Phase::Refused { .. } => "refused",
+        };
+        f.debug_struct("StagedFuture")
+            .field("phase", &phase)
+            .field("admitted", &self.admitted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, Req, St, P> Future for StagedFuture<S, Req, St, P>
+where
+    S: Service<Req>,
+    S::Error: Into<BoxError>,
+    St: Stage<Req>,
+    P: Reply<S::Response>,
+{
+    type Output = Result<P::Output<St::End>, BoxError>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            let result = match this.phase.as_mut().project() {
+                PhaseProj::Called { future } => match future.poll(cx) {
+                    Poll::Ready(result) => result.map_err(Into::into),
+                    // The call first: a ready answer wins over a due deadline, and a call
+                    // that answers on its first poll arms no timer.
+                    Poll::Pending => match this.admitted.as_mut().as_pin_mut() {
+                        Some(admitted) => Err(ready!(St::poll_deadline(admitted, cx))),
+                        None => return Poll::Pending,
+                    },
+                },
+                PhaseProj::Waiting { .. } => {
+                    ready!(send(this.phase.as_mut(), this.admitted.as_mut(), cx));
+                    continue;
+                }
+                PhaseProj::Refused { error } => match error.take() {
+                    Some(error) => Err(error),
+                    None => panic!("fusebox StagedFuture polled after completion"),
+                },
+            };
+            return Poll::Ready(finish::<_, Req, St, P>(result, this.admitted));
+        }
+    }
+}
+
+/// Drives a waiting call: once admitted it is sent (the phase becomes `Called`); refused,
+/// the phase becomes `Refused`.
+#[inline(never)]
+fn send<S, Req, St>(
+    mut phase: Pin<&mut Phase<S, Req, St>>,
+    mut admitted: Pin<&mut Option<St::Admitted>>,
+    cx: &mut Context<'_>,
+) -> Poll<()>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    let sent = {
+        let PhaseProj::Waiting { waiter } = phase.as_mut().project() else {
+            return Poll::Ready(());
+        };
+        let waiter = waiter.as_mut().project();
+        let Some((_, request)) = waiter.call.as_mut() else {
+            return Poll::Pending;
+        };
+        match ready!(waiter.stage.poll_wait(waiter.waiting, request, cx)) {
+            Admit::Ready(admission) => match waiter.call.take() {
+                Some((mut service, request)) => {
+                    admitted.set(Some(admission));
+                    Ok(service.call(request))
+                }
+                None => return Poll::Pending,
+            },
+            Admit::Wait(never) => match never {},
+            Admit::Refuse(error) => Err(error),
+            Admit::Fail(admission, error) => {
+                admitted.set(Some(admission));
+                Err(error)
+            }
+        }
+    };
+    match sent {
+        Ok(future) => phase.set(Phase::Called { future }),
+        Err(error) => phase.set(Phase::Refused { error: Some(error) }),
+    }
+    Poll::Ready(())
+}
+
+/// Tells the stages the answer and hands it on with what they still wait for.
+#[inline(always)]
+fn finish<R, Req, St, P>(
+    result: Result<R, BoxError>,
+    mut admitted: Pin<&mut Option<St::Admitted>>,
+) -> Result<P::Output<St::End>, BoxError>
+where
+    St: Stage<Req>,
+    P: Reply<R>,
+{
+    let answer = match &result {
+        Ok(response) => P::answer(response),
+        Err(error) => Answer::Error(&**error),
+    };
+    // `None`: polled again after completion; the answer passes on unrecorded.
+    let end = match admitted.as_mut().as_pin_mut() {
+        Some(stages) => St::on_answer(stages, answer),
+        None => None,
+    };
+    admitted.set(None);
+    match result {
+        Ok(response) => Ok(P::wrap(response, end)),
+        Err(error) => {
+            if let Some(end) = end {
+                end.on_end(StreamEnd::Dropped);
+            }
+            Err(error)
+        }
+    }
+}
