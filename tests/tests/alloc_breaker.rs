@@ -39,6 +39,25 @@ fn config() -> CircuitBreakerConfig {
         .expect("a valid breaker config")
 }
 
+/// What building a breaker layer may allocate besides its leases, whatever its routes: the
+/// configuration, the store, the breaker and its slow-call thresholds, and the event sink
+/// (its channel, its metric handles and their labels). 27 today.
+const BUILD_EXTRA: usize = 32;
+
+/// A table of 21 routes (a service's whole API), every other one measuring slowness.
+fn wide_routes() -> RouteTable {
+    let mut table = RouteTable::builder(Route::default());
+    for i in 0..20 {
+        let route = if i % 2 == 0 {
+            Route::default().slow_call_duration(Duration::from_millis(100 + i))
+        } else {
+            Route::default()
+        };
+        table = table.route(format!("GET /api/v1/resource{i}/{{id}}"), route);
+    }
+    table.build().expect("a valid table")
+}
+
 /// Requests built before counting (building one is allocation-free too, but the test
 /// measures the breaker, not `http`).
 fn requests(n: usize) -> Vec<Request<()>> {
@@ -162,6 +181,52 @@ fn closed_healthy_calls_allocate_nothing() {
         "breakers keyed by host",
     );
     assert_eq!(handle.len(), 3, "one breaker per host: {:?}", handle.keys());
+
+    // Building a layer makes the breaker and its per-thread leases once, and nothing per
+    // route: over a table of 21 routes it allocates as often as over the default table.
+    // Layering is free: every service the layer builds, HTTP or plain, shares them, and a
+    // keyed layer's services share its table of keys.
+    let build = |routes: RouteTable| {
+        let config = config();
+        let region = Region::new(GLOBAL);
+        let layer = CircuitBreakerLayer::builder(config)
+            .routes(routes)
+            .build()
+            .expect("an in-memory breaker always builds");
+        (layer, region.change().allocations)
+    };
+    let (_, single) = build(RouteTable::default());
+    let (wide, built) = build(wide_routes());
+    let shards = fusebox_classify::shard::shard_count();
+    assert_eq!(
+        built, single,
+        "building the layer over 21 routes allocated {built} times, over one {single}"
+    );
+    assert!(
+        built <= shards + BUILD_EXTRA,
+        "building the layer allocated {built} times ({shards} leases)"
+    );
+    let plain = wide.plain();
+    let keyed = CircuitBreakerLayer::builder(config())
+        .build_keyed(ByHost)
+        .expect("a valid keyed breaker");
+    let (mut http, mut plains, mut keyeds) = (
+        Vec::with_capacity(8),
+        Vec::with_capacity(8),
+        Vec::with_capacity(8),
+    );
+    let region = Region::new(GLOBAL);
+    for _ in 0..8 {
+        let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+        http.push(wide.layer(ready));
+        let lookup = tower::service_fn(|key: u64| async move { Ok::<_, Infallible>(key) });
+        plains.push(plain.layer(lookup));
+        let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+        keyeds.push(keyed.layer(ready));
+    }
+    let layered = region.change().allocations;
+    black_box((http, plains, keyeds));
+    assert_eq!(layered, 0, "layering 24 services allocated {layered} times");
 
     // The counter really counts: an allocation inside an armed region is seen...
     let region = Region::new(GLOBAL);

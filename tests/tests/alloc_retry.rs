@@ -31,16 +31,18 @@ const WARM_UP: usize = 1_000;
 
 type Body = Empty<Bytes>;
 
+fn config() -> RetryConfig {
+    RetryConfig::builder()
+        .seed(Some(1))
+        .build()
+        .expect("a valid config")
+}
+
 fn layer(routes: RouteTable) -> RetryBudgetLayer {
-    RetryBudgetLayer::builder(
-        RetryConfig::builder()
-            .seed(Some(1))
-            .build()
-            .expect("a valid config"),
-    )
-    .routes(routes)
-    .build()
-    .expect("the layer builds")
+    RetryBudgetLayer::builder(config())
+        .routes(routes)
+        .build()
+        .expect("the layer builds")
 }
 
 fn routed() -> RouteTable {
@@ -49,6 +51,18 @@ fn routed() -> RouteTable {
         .route("/pkg.Ledger/{*method}", Route::default().retry(false))
         .build()
         .expect("a valid table")
+}
+
+/// A table of 21 routes (a service's whole API).
+fn wide_routes() -> RouteTable {
+    let mut table = RouteTable::builder(Route::default());
+    for i in 0..20 {
+        table = table.route(
+            format!("GET /api/v1/resource{i}/{{id}}"),
+            Route::default().retry(i % 2 == 0),
+        );
+    }
+    table.build().expect("a valid table")
 }
 
 /// Empty-body requests for every kind of route (matched with a parameter, matched with
@@ -97,6 +111,34 @@ fn healthy_calls_with_empty_bodies_allocate_nothing() {
         Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
     });
     assert_no_allocations(layer(routed()).layer(pending_once), "inner pending once");
+
+    // Building the layer over a table of 21 routes makes its budget (one set of per-thread
+    // deposit counters) and little else, and layering is free: a service makes its leases
+    // (and keeps its spare) at its first call or its first clone, not when it is built.
+    let (routes, config) = (wide_routes(), config());
+    let region = Region::new(GLOBAL);
+    let wide = RetryBudgetLayer::builder(config)
+        .routes(routes)
+        .build()
+        .expect("the layer builds");
+    let built = region.change().allocations;
+    let shards = fusebox_classify::shard::shard_count();
+    assert!(
+        built <= shards + 8,
+        "building the layer over 21 routes allocated {built} times ({shards} shards)"
+    );
+    let mut services = Vec::with_capacity(16);
+    let region = Region::new(GLOBAL);
+    for _ in 0..8 {
+        services.push(wide.layer(tower::service_fn(ok)));
+    }
+    let layered = region.change().allocations;
+    assert_eq!(layered, 0, "layering 8 services allocated {layered} times");
+    // Their healthy calls allocate nothing once warm, through a clone too (the first
+    // clone makes the service's leases, which the clone then shares).
+    for service in services.drain(..) {
+        assert_no_allocations(service.clone(), "a service layered over 21 routes");
+    }
 
     // The counter really counts: a retry (a 503 first) boxes its backoff timer.
     // (One test function: the counter is global, and tests in one binary run in parallel.)

@@ -9,21 +9,38 @@
 //!
 //! The state machine sits behind a short `Mutex` (never held across an `.await`), but the
 //! common calls do not take it. A word holding the state and generation is read with one
-//! atomic load to admit calls while CLOSED, DISABLED or METRICS_ONLY; and a *clean* flag —
-//! the count window is full of fast successes — lets a fast success be recorded by doing
-//! nothing at all: replacing the oldest of N identical entries with another identical entry
-//! changes nothing, whichever entry it is. A healthy breaker thus makes no shared writes
-//! per call; failures, slow calls, a filling window, time windows and every non-closed
-//! state take the lock.
+//! atomic load to admit calls while CLOSED, DISABLED or METRICS_ONLY; and a *clean* bit in
+//! the same word — the count window is full of fast successes — lets a fast success be
+//! recorded by doing nothing at all: replacing the oldest of N identical entries with
+//! another identical entry changes nothing, whichever entry it is. A healthy breaker thus
+//! makes no shared writes per call; failures, slow calls, a filling window, time windows and
+//! every non-closed state take the lock.
+//!
+//! The word is written only under the lock, so its stores follow the machine's updates in
+//! order, and the clean bit is read in the same load as the generation it is true of. What
+//! races without the lock — admission against a trip, calls against the move to HALF_OPEN,
+//! a fast success against a reset or a failure — is model-checked with loom (`loom_model`,
+//! run by `.ci/loom`): no admission past a published trip, no probe past the budget, no
+//! outcome lost to a skipped fast success.
 
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::state::{Command, Effect, Machine, Permit, PermitKind, Rejected, Snapshot, State};
 use fusebox_classify::{Clock, ConfigError, Nanos};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
+use sync::{AtomicU64, Mutex, MutexGuard};
+
+/// The atomics and the mutex of the memory store: std's, or loom's when the store is
+/// model-checked (`--cfg fusebox_loom`, `loom_model`, run by `.ci/loom`).
+mod sync {
+    #[cfg(fusebox_loom)]
+    pub(super) use loom::sync::{Mutex, MutexGuard, atomic::AtomicU64};
+    #[cfg(not(fusebox_loom))]
+    pub(super) use std::sync::{Mutex, MutexGuard, atomic::AtomicU64};
+}
 
 /// Where one breaker's state lives.
 pub trait Store: Send + Sync + 'static {
@@ -123,15 +140,31 @@ impl MakeStore for InMemory {
     }
 }
 
+/// The hot word: `generation << STATE_BITS | CLEAN | state code`.
 const STATE_BITS: u32 = 8;
+/// The window is clean in this generation: a fast success changes nothing. In the same
+/// word as the generation, so that no reader pairs one generation's generation with another
+/// generation's clean flag (a reset empties a clean window: a success admitted after it
+/// must be counted, not skipped because the flag still said clean).
+const CLEAN: u64 = 1 << (STATE_BITS - 1);
+const STATE_MASK: u64 = CLEAN - 1;
 
-fn pack(state: State, generation: u64) -> u64 {
-    (generation << STATE_BITS) | u64::from(state.code())
+fn pack(state: State, generation: u64, clean: bool) -> u64 {
+    (generation << STATE_BITS) | if clean { CLEAN } else { 0 } | u64::from(state.code())
 }
 
-/// What a healthy call reads: the state and generation, and whether the window is clean.
-/// Written only on a transition or when the window turns clean or dirty, so the line it
-/// lies on stays shared in the caches of every core that reads it per call.
+/// The state and generation in a hot word.
+#[inline]
+fn unpack(word: u64) -> (State, u64) {
+    (
+        State::from_code((word & STATE_MASK) as u8),
+        word >> STATE_BITS,
+    )
+}
+
+/// What a healthy call reads: the state, the generation and whether the window is clean,
+/// in one word. Written only on a transition or when the window turns clean or dirty, so
+/// the line it lies on stays shared in the caches of every core that reads it per call.
 ///
 /// It is not padded to a cache line of its own: nothing else in the store is written on a
 /// healthy call of a count window (the lock and the machine are touched only off the fast
@@ -140,10 +173,36 @@ fn pack(state: State, generation: u64) -> u64 {
 /// keyed breaker over 300 bytes per key (benches/benches/keyed_memory.rs: 753 → 433).
 struct Hot {
     word: AtomicU64,
-    clean: AtomicBool,
     /// While OPEN: when the open wait ends (`Nanos` of the store's clock), so that a call
     /// rejected in the wait is answered without the lock.
     open_until: AtomicU64,
+}
+
+/// The machine, and what the hot line was last told of it. Publishing compares with this
+/// copy, under the lock, rather than with the hot line itself: a locked update that changes
+/// nothing the hot line shows leaves its cache line alone, not even reading it. (It also
+/// keeps the model check's search complete: loom would lose a reader's load racing a
+/// store behind the writer's own load of that atomic just before the store.)
+struct Locked {
+    machine: Machine,
+    /// The hot word last published.
+    published_word: u64,
+    /// The open wait's end last published.
+    published_until: u64,
+}
+
+impl std::ops::Deref for Locked {
+    type Target = Machine;
+
+    fn deref(&self) -> &Machine {
+        &self.machine
+    }
+}
+
+impl std::ops::DerefMut for Locked {
+    fn deref_mut(&mut self) -> &mut Machine {
+        &mut self.machine
+    }
 }
 
 /// A breaker's state in this process.
@@ -151,7 +210,7 @@ pub struct MemoryStore {
     hot: Hot,
     /// What a call rejected while FORCED_OPEN is told to wait: the configured open wait.
     forced_retry_after: Duration,
-    machine: Mutex<Machine>,
+    machine: Mutex<Locked>,
     timed: bool,
     clock: Clock,
     key: Option<Arc<str>>,
@@ -160,10 +219,10 @@ pub struct MemoryStore {
 
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let word = self.hot.word.load(Ordering::Acquire);
+        let (state, generation) = unpack(self.hot.word.load(Ordering::Acquire));
         f.debug_struct("MemoryStore")
-            .field("state", &State::from_code((word & 0xff) as u8))
-            .field("generation", &(word >> STATE_BITS))
+            .field("state", &state)
+            .field("generation", &generation)
             .field("key", &self.key)
             .finish()
     }
@@ -178,11 +237,14 @@ impl MemoryStore {
         MemoryStore {
             forced_retry_after,
             hot: Hot {
-                word: AtomicU64::new(pack(State::Closed, 0)),
-                clean: AtomicBool::new(false),
+                word: AtomicU64::new(pack(State::Closed, 0, false)),
                 open_until: AtomicU64::new(0),
             },
-            machine: Mutex::new(machine),
+            machine: Mutex::new(Locked {
+                machine,
+                published_word: pack(State::Closed, 0, false),
+                published_until: 0,
+            }),
             timed,
             clock: spec.clock,
             key: spec.key,
@@ -190,7 +252,7 @@ impl MemoryStore {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Machine> {
+    fn lock(&self) -> MutexGuard<'_, Locked> {
         // A panic elsewhere while holding the lock leaves a consistent machine (every
         // method finishes its updates before returning); keep serving.
         self.machine.lock().unwrap_or_else(PoisonError::into_inner)
@@ -199,22 +261,20 @@ impl MemoryStore {
     /// Publishes the machine's state to the lock-free fields. Called with the lock held (so
     /// no other publisher races), it writes only what changed: a store to the hot line,
     /// even of the same value, takes it away from every core that reads it per call.
-    fn publish(&self, m: &Machine) {
-        let word = pack(m.state(), m.generation());
+    fn publish(&self, m: &mut Locked) {
+        let word = pack(m.state(), m.generation(), m.is_clean());
         // Before the word: a reader that sees OPEN in the word sees this open wait's end
         // (or a later one's).
         if m.state() == State::Open {
             let until = m.open_until().0;
-            if self.hot.open_until.load(Ordering::Relaxed) != until {
+            if m.published_until != until {
+                m.published_until = until;
                 self.hot.open_until.store(until, Ordering::Release);
             }
         }
-        if self.hot.word.load(Ordering::Relaxed) != word {
+        if m.published_word != word {
+            m.published_word = word;
             self.hot.word.store(word, Ordering::Release);
-        }
-        let clean = m.is_clean();
-        if self.hot.clean.load(Ordering::Relaxed) != clean {
-            self.hot.clean.store(clean, Ordering::Release);
         }
     }
 
@@ -235,17 +295,32 @@ impl MemoryStore {
         if state == State::Open {
             // Inside the open wait: rejected from the hot line, without the lock. Past it,
             // the slow path moves the breaker to HALF_OPEN.
-            let now = self.clock.now();
-            let until = Nanos(self.hot.open_until.load(Ordering::Acquire));
-            if now < until {
+            if let Some(rejected) = self.inside_open_wait() {
                 self.events.rejected();
-                return Err(Rejected {
-                    retry_after: until.since(now),
-                    half_open: false,
-                });
+                return Err(rejected);
             }
         }
         self.acquire_slow()
+    }
+
+    /// What a call reads to be admitted without the lock: the state and generation in the
+    /// hot word. An acquire load, so that a call finding OPEN then sees that open wait's
+    /// end ([`inside_open_wait`](Self::inside_open_wait)).
+    #[inline(always)]
+    fn hot_word(&self) -> (State, u64) {
+        unpack(self.hot.word.load(Ordering::Acquire))
+    }
+
+    /// For a call that found OPEN in the hot word: its rejection, if the open wait that
+    /// word stands for (or a later one) has not ended; `None` past it.
+    #[inline]
+    fn inside_open_wait(&self) -> Option<Rejected> {
+        let now = self.clock.now();
+        let until = Nanos(self.hot.open_until.load(Ordering::Acquire));
+        (now < until).then(|| Rejected {
+            retry_after: until.since(now),
+            half_open: false,
+        })
     }
 
     #[cold]
@@ -254,7 +329,7 @@ impl MemoryStore {
         let mut m = self.lock();
         let (result, moved) = m.acquire(now);
         if let Some(t) = moved {
-            self.publish(&m);
+            self.publish(&mut m);
             drop(m);
             self.events.transition(self.key.as_ref(), t);
         }
@@ -271,7 +346,7 @@ impl MemoryStore {
         let before = m.generation();
         let effect = m.record(permit, failure, slow, now);
         let counted = permit.generation == before;
-        self.publish(&m);
+        self.publish(&mut m);
         let totals = (failure || slow).then(|| m.window_totals(now));
         drop(m);
         if counted && permit.kind == PermitKind::Probe {
@@ -294,15 +369,14 @@ impl MemoryStore {
 impl Store for MemoryStore {
     #[inline]
     fn acquire(&self) -> Result<Permit, Rejected> {
-        let word = self.hot.word.load(Ordering::Acquire);
-        let state = State::from_code((word & 0xff) as u8);
+        let (state, generation) = self.hot_word();
         if state.admits_freely() {
             let kind = if state == State::Disabled {
                 PermitKind::Untracked
             } else {
                 PermitKind::Counted
             };
-            return Ok(Permit::new(word >> STATE_BITS, kind));
+            return Ok(Permit::new(generation, kind));
         }
         self.acquire_not_closed(state)
     }
@@ -322,10 +396,12 @@ impl Store for MemoryStore {
         match permit.kind {
             PermitKind::Untracked => true,
             PermitKind::Counted => {
-                // Stale (the generation moved on: discarded), or a fast success in a clean
-                // window, which changes nothing.
-                self.hot.word.load(Ordering::Acquire) >> STATE_BITS != permit.generation
-                    || self.hot.clean.load(Ordering::Acquire)
+                // Stale (the generation moved on: discarded), or a fast success in a window
+                // that is clean in the permit's generation, which changes nothing. One
+                // load: the clean bit is of the generation beside it, and nothing else is
+                // read on its strength (hence relaxed).
+                let word = self.hot.word.load(Ordering::Relaxed);
+                word >> STATE_BITS != permit.generation || word & CLEAN != 0
             }
             PermitKind::Probe => false,
         }
@@ -350,7 +426,7 @@ impl Store for MemoryStore {
         let now = self.clock.now();
         let mut m = self.lock();
         let moved = m.command(command, now);
-        self.publish(&m);
+        self.publish(&mut m);
         drop(m);
         if let Some(t) = moved {
             self.events.transition(self.key.as_ref(), t);
@@ -361,6 +437,9 @@ impl Store for MemoryStore {
         self.timed
     }
 }
+
+#[cfg(all(test, fusebox_loom))]
+mod loom_model;
 
 #[cfg(test)]
 mod tests {

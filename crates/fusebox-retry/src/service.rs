@@ -291,15 +291,22 @@ pub(crate) fn call_in<S: Service<R>, R>(span: &Span, service: &mut S, request: R
 /// Built by [`RetryBudgetLayer`](crate::RetryBudgetLayer). Clones share the layer's budget.
 pub struct Retry<S, C = fusebox_classify::StandardClassifier> {
     inner: S,
-    /// Leased per thread: every call's future holds one (see [`fusebox_classify::shard`]).
-    bound: Arc<Leases<Bound<S, C>>>,
+    /// The layer's state.
+    shared: Arc<Shared<C>>,
+    /// This service's spare, leased per thread: every call's future holds one (see
+    /// [`fusebox_classify::shard`]). Made by the service's first call or first clone, and
+    /// then shared by its clones; not by the layer, so that layering a service allocates
+    /// nothing. (The spare is this service's own, a copy of its inner service: it cannot
+    /// be the layer's, which builds services over different inner services.)
+    bound: OnceLock<Arc<Leases<Bound<S, C>>>>,
 }
 
 impl<S, C> Retry<S, C> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
         Retry {
             inner,
-            bound: Arc::new(Leases::new(Arc::new(Bound::new(shared)))),
+            shared,
+            bound: OnceLock::new(),
         }
     }
 
@@ -320,15 +327,35 @@ impl<S, C> Retry<S, C> {
 
     /// The budget shared by every clone of the layer.
     pub fn budget(&self) -> &RetryBudget {
-        &self.bound.budget
+        &self.shared.budget
+    }
+
+    /// Which leases this service holds (their address), if it has made them yet.
+    #[cfg(test)]
+    pub(crate) fn leases_made(&self) -> Option<usize> {
+        self.bound.get().map(|leases| Arc::as_ptr(leases) as usize)
     }
 }
 
+/// The leases of a service's spare, made the first time they are asked for. A function of
+/// the two fields, not a method, so that a call can hold them while it uses the inner
+/// service.
+#[inline]
+fn leases<'a, S, C>(
+    bound: &'a OnceLock<Arc<Leases<Bound<S, C>>>>,
+    shared: &Arc<Shared<C>>,
+) -> &'a Arc<Leases<Bound<S, C>>> {
+    bound.get_or_init(|| Arc::new(Leases::new(Arc::new(Bound::new(Arc::clone(shared))))))
+}
+
 impl<S: Clone, C> Clone for Retry<S, C> {
+    /// A clone shares this service's leases and spare (making them, if no call has yet).
     fn clone(&self) -> Self {
+        let bound = Arc::clone(leases(&self.bound, &self.shared));
         Retry {
             inner: self.inner.clone(),
-            bound: Arc::clone(&self.bound),
+            shared: Arc::clone(&self.shared),
+            bound: OnceLock::from(bound),
         }
     }
 }
@@ -337,7 +364,8 @@ impl<S: fmt::Debug, C> fmt::Debug for Retry<S, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)
-            .field("bound", &self.bound)
+            .field("shared", &self.shared)
+            .field("bound", &self.bound.get())
             .finish()
     }
 }
@@ -361,14 +389,15 @@ where
 
     #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let bound = &**self.bound;
+        let leases = leases(&self.bound, &self.shared);
+        let bound = &***leases;
         bound.budget.deposit();
         bound.metrics.attempts.increment(1);
         let meta: CallMeta = bound.routes.meta(&request);
         let deadline = request.extensions().get::<Deadline>().copied();
         if deadline.is_some_and(|d| d.is_expired()) {
             // No attempt starts past the deadline, the first one included.
-            return ResponseFuture::expired(self.bound.lease(), meta);
+            return ResponseFuture::expired(leases.lease(), meta);
         }
         let route = bound.routes.route(meta.route());
         let repeatable = route.retry_enabled() && bound.config.max_attempts() > 1;
@@ -382,7 +411,7 @@ where
             return ResponseFuture::repeatable(
                 |span| call_in(span, inner, attempt),
                 attempt_span(1),
-                self.bound.lease(),
+                leases.lease(),
                 meta,
                 deadline,
                 parts,
@@ -396,12 +425,12 @@ where
             let clone = self.inner.clone();
             let ready = std::mem::replace(&mut self.inner, clone);
             let replay = Replay::new(Some(Box::new(ready)), parts, Buffered::default());
-            return ResponseFuture::buffering(body, self.bound.lease(), meta, deadline, replay);
+            return ResponseFuture::buffering(body, leases.lease(), meta, deadline, replay);
         }
         // Streaming, too large, or never retried: sent once, untouched.
         let span = attempt_span(1);
         let attempt = Request::from_parts(parts, ReplayBody::streaming(body));
         let future = call_in(&span, &mut self.inner, attempt);
-        ResponseFuture::once(future, span, self.bound.lease(), meta, deadline)
+        ResponseFuture::once(future, span, leases.lease(), meta, deadline)
     }
 }

@@ -118,6 +118,32 @@ async fn retries_a_503_until_success_within_max_attempts() {
     assert_eq!(seen.count(), 3);
 }
 
+/// A service makes its leases (and keeps its spare) at its first call or first clone, not
+/// when the layer builds it, and its clones share them: a service cloned per request makes
+/// them once. Each service retries to its own inner service.
+#[tokio::test(start_paused = true)]
+async fn services_make_their_leases_when_first_used_and_clones_share_them() {
+    let layer = layer(config().max_attempts(2));
+    let flaky = |n: usize| status(if n == 0 { 503 } else { 200 });
+    let (seen_a, seen_b) = (Seen::default(), Seen::default());
+    let a = layer.layer(dependency(seen_a.clone(), flaky));
+    let b = layer.layer(dependency(seen_b.clone(), flaky));
+    assert_eq!((a.leases_made(), b.leases_made()), (None, None));
+
+    // Cloned per request: the first clone makes the leases, every clone shares them.
+    let first = a.clone();
+    let leases = a.leases_made().expect("the first clone made the leases");
+    assert_eq!(first.leases_made(), Some(leases));
+    assert_eq!(first.oneshot(get()).await.unwrap().status(), 200);
+    let second = a.clone();
+    assert_eq!(second.leases_made(), Some(leases));
+    assert_eq!(second.oneshot(get()).await.unwrap().status(), 200);
+
+    // Called directly, a service makes its own; its retry goes to its own dependency.
+    assert_eq!(b.oneshot(get()).await.unwrap().status(), 200);
+    assert_eq!((seen_a.count(), seen_b.count()), (3, 2));
+}
+
 #[tokio::test(start_paused = true)]
 async fn backoff_waits_are_jittered_within_the_ceiling() {
     let seen = Seen::default();
