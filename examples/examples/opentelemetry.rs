@@ -29,7 +29,6 @@ use fusebox::{CircuitBreakerConfig, Policy, trace};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use std::convert::Infallible;
 use std::time::Duration;
@@ -66,7 +65,7 @@ async fn main() -> Result<(), BoxError> {
 
     // Flush: each provider exports what it holds, then stops.
     tracer_provider.shutdown()?;
-    flush_metrics(&meter_provider)?;
+    meter_provider.shutdown()?;
     Ok(())
 }
 
@@ -99,10 +98,4 @@ async fn run_calls() -> Result<Vec<String>, BoxError> {
         outcomes.push(outcome);
     }
     Ok(outcomes)
-}
-
-fn flush_metrics(provider: &SdkMeterProvider) -> Result<(), BoxError> {
-    provider.force_flush()?;
-    provider.shutdown()?;
-    Ok(())
 }

@@ -17,7 +17,7 @@
 //! is one comparison against `tracing`'s global level filter (or the callsite's cached
 //! interest) and gives a disabled span: nothing else runs — no route lookup, no key, no
 //! allocation, no formatting — and the call's future carries one null pointer. When it is
-//! enabled, the fields are recorded as `&str`, integers and booleans, never formatted here,
+//! enabled, the fields are recorded as `&str`, `i64`s and booleans, never formatted here,
 //! and the span's state is boxed (one allocation per call: the subscriber makes its own
 //! anyway).
 
@@ -107,13 +107,15 @@ impl<C: Classifier> CallSpan<C> {
     #[inline(never)]
     pub(crate) fn finish(self: Box<Self>, attempts: u32, answer: Answer<'_>, fallback: bool) {
         let span = &self.span;
-        span.record("attempts", attempts);
+        // As `i64`: OpenTelemetry's bridge keeps `i64`s as integer attributes (and would
+        // write a `u64` as text).
+        span.record("attempts", i64::from(attempts));
         let routes = &self.shared.routes;
         let call = self.meta.call(routes);
         let classifier = routes.route(self.meta.route()).classifier();
         match answer {
             Answer::Response(status, headers) => {
-                span.record("status", status.as_u16());
+                span.record("status", i64::from(status.as_u16()));
                 let outcome = match classifier.classify_response(&call, status, headers) {
                     Classified::Ready(verdict) => outcome_label(verdict.outcome()),
                     // gRPC: decided by the trailers, after the response head (and the span).
