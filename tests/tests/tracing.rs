@@ -32,7 +32,10 @@ struct Script(Arc<Mutex<VecDeque<Option<u16>>>>);
 
 impl Script {
     fn then(&self, answers: &[Option<u16>]) {
-        self.0.lock().unwrap().extend(answers.iter().copied());
+        self.0
+            .lock()
+            .expect("the script")
+            .extend(answers.iter().copied());
     }
 
     /// The dependency: answers from the script, 200 when it is empty.
@@ -48,7 +51,12 @@ impl Script {
     + 'static {
         let script = self.clone();
         tower::service_fn(move |_: Request<ReplayBody<Body>>| {
-            let next = script.0.lock().unwrap().pop_front().unwrap_or(Some(200));
+            let next = script
+                .0
+                .lock()
+                .expect("the script")
+                .pop_front()
+                .unwrap_or(Some(200));
             async move {
                 let Some(status) = next else {
                     tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -102,10 +102,10 @@ impl<C: Classifier> CallSpan<C> {
         })
     }
 
-    /// Records how the call ended, and closes the span.
+    /// Records how the call ended (the span closes when this is dropped, right after).
     #[cold]
     #[inline(never)]
-    pub(crate) fn finish(self: Box<Self>, attempts: u32, answer: Answer<'_>, fallback: bool) {
+    pub(crate) fn finish(&self, attempts: u32, answer: Answer<'_>, fallback: bool) {
         let span = &self.span;
         // As `i64`: OpenTelemetry's bridge keeps `i64`s as integer attributes (and would
         // write a `u64` as text).
