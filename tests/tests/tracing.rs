@@ -384,3 +384,27 @@ async fn without_debug_there_is_no_call_span_and_the_info_events_remain() {
     assert_eq!(transitions[0].span, None, "no span to be in");
     assert_fusebox_targets(&capture);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_call_whose_deadline_has_passed_sends_nothing_and_says_so() {
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.subscriber(LevelFilter::TRACE));
+    let policy = Policy::builder("late")
+        .timeout(Duration::from_secs(1))
+        .retry_budget(RetryConfig::builder().seed(Some(1)))
+        .build()
+        .expect("a valid policy");
+    let svc = policy.layer(Script::default().service());
+    let mut request = get("http://127.0.0.1/users/1");
+    request
+        .extensions_mut()
+        .insert(fusebox::classify::Deadline::after(Duration::ZERO));
+    let error = svc.oneshot(request).await.expect_err("too late");
+    assert!(error.is::<fusebox::error::DeadlineExceeded>(), "{error}");
+    let span = the_call(&capture);
+    assert_eq!(span.field("attempts"), Some("0"), "nothing was sent");
+    assert_eq!(span.field("outcome"), Some("rejected"));
+    assert_eq!(span.field("rejection"), Some("deadline_exceeded"));
+    assert!(capture.spans_named(trace::RETRY_ATTEMPT).is_empty());
+    assert_fusebox_targets(&capture);
+}
