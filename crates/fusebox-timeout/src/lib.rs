@@ -116,8 +116,7 @@
 //! Counters, with static names and labels ([`telemetry`]): timeouts by route and phase,
 //! deadline rejections by route, malformed incoming deadlines by header. A `tracing` event
 //! (at `DEBUG`, target [`telemetry::TARGET`], `fusebox::timeout`) names the route and limit
-//! of each timeout. Nothing is counted or formatted
-//! on a call that finishes in time.
+//! of each timeout. Nothing is counted or formatted on a call that finishes in time.
 //!
 //! # Cost
 //!
