@@ -32,7 +32,7 @@
 //! |---|---|---|
 //! | `policy` | always | the policy's name: the dependency |
 //! | `route` | always | the route table's name for the request (`"GET /users/{id}"`, `"default"`) |
-//! | `key` | keyed breakers | the breaker key the request maps to (host, route or custom key) |
+//! | `key` | keyed breakers | the breaker key the request maps to (host, route or custom key: a custom key function runs once more for the span) |
 //! | `attempts` | at the end | attempts sent: first attempt, retries, hedges (`0`: nothing was sent) |
 //! | `outcome` | at the end | `success`, `failure`, `ignored`: the route's classifier on the answer the caller got; `rejected`: fusebox refused the call; `trailers`: gRPC, decided by the trailers after the span |
 //! | `status` | a response | the HTTP status code |
