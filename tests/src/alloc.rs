@@ -117,3 +117,16 @@ pub async fn per_call(
         (change.reallocations + calls / 2) / calls,
     )
 }
+
+/// Runs `checks` with a `tracing` subscriber installed as the thread's default, as a
+/// service in production runs one: `fmt` at `INFO`, writing to nowhere. fusebox's `DEBUG`
+/// span of a policy call and its layers' `DEBUG` events are off under it, and must cost a
+/// healthy call nothing; its `INFO` and `WARN` events (breaker transitions, limit moves)
+/// are on, and happen on no healthy call.
+pub fn with_info_subscriber<R>(checks: impl FnOnce() -> R) -> R {
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::sink)
+        .finish();
+    tracing::subscriber::with_default(subscriber, checks)
+}

@@ -22,6 +22,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 pub mod alloc;
+pub mod capture;
 pub mod redis_server;
 
 /// gRPC-Web bodies for the tests that serve them.

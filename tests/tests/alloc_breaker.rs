@@ -227,6 +227,26 @@ fn closed_healthy_calls_allocate_nothing() {
     let layered = region.change().allocations;
     black_box((http, plains, keyeds));
     assert_eq!(layered, 0, "layering 24 services allocated {layered} times");
+    // With a `tracing` subscriber installed at INFO: the transitions' events are enabled,
+    // and a closed breaker's healthy calls make none.
+    alloc::with_info_subscriber(|| {
+        let layer = CircuitBreakerLayer::new(config());
+        let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+        assert_no_allocations(&rt, layer.layer(ready), "count window, subscriber at INFO");
+        let layer = CircuitBreakerLayer::builder(config())
+            .build_keyed(ByHost)
+            .expect("a valid keyed breaker");
+        let ready = tower::service_fn(|_: Request<()>| async { Ok::<_, Infallible>(ok()) });
+        alloc::assert_no_allocations(
+            GLOBAL,
+            &rt,
+            layer.layer(ready),
+            by_host(WARM_UP),
+            by_host(CALLS),
+            alloc::discard,
+            "breakers keyed by host, subscriber at INFO",
+        );
+    });
 
     // The counter really counts: an allocation inside an armed region is seen...
     let region = Region::new(GLOBAL);

@@ -112,6 +112,22 @@ fn healthy_calls_allocate_nothing() {
     );
     assert_no_allocations(adaptive.layer(inner()), "adaptive limit");
 
+    // With a `tracing` subscriber installed at INFO: an adaptive limit's INFO event is
+    // enabled, and a healthy call (which moves the limit by less than its log step) emits
+    // none.
+    alloc::with_info_subscriber(|| {
+        let adaptive = ConcurrencyLimitLayer::new(
+            config()
+                .aimd(AimdConfig::new().initial_limit(16))
+                .build()
+                .unwrap(),
+        );
+        assert_no_allocations(
+            adaptive.layer(inner()),
+            "adaptive limit, subscriber at INFO",
+        );
+    });
+
     // The counter really counts: a shed call boxes its error.
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

@@ -129,6 +129,36 @@ fn healthy_bodiless_calls_through_a_full_policy_allocate_nothing() {
     let policy = Policy::builder("bare").build().expect("a valid policy");
     assert_no_allocations(policy.layer(ready()), "no layers");
 
+    // With a `tracing` subscriber installed at INFO, as in production: the call's span
+    // (`policy_call`) and the layers' events are DEBUG, off, and cost nothing.
+    alloc::with_info_subscriber(|| {
+        let policy = full().build().expect("a valid policy");
+        assert_no_allocations(policy.layer(ready()), "full policy, subscriber at INFO");
+        let pending_once = tower::service_fn(|_: Request<ReplayBody<Body>>| async {
+            tokio::task::yield_now().await;
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        let policy = full().build().expect("a valid policy");
+        assert_no_allocations(
+            policy.layer(pending_once),
+            "inner service pending once, subscriber at INFO",
+        );
+        let policy = full()
+            .breaker_key(KeyBy::Host)
+            .fallback(
+                Fallback::new(|_| Response::new(Bytes::from_static(b"stale")))
+                    .route("GET /users/{id}"),
+            )
+            .build()
+            .expect("a valid policy");
+        assert_no_allocations(
+            policy.layer(ready()),
+            "keyed by host, with a fallback, subscriber at INFO",
+        );
+        let policy = Policy::builder("bare").build().expect("a valid policy");
+        assert_no_allocations(policy.layer(ready()), "no layers, subscriber at INFO");
+    });
+
     // The counter really counts: a call carrying headers copies them for a retry.
     let rt = alloc::runtime();
     rt.block_on(async {

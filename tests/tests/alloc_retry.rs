@@ -139,6 +139,14 @@ fn healthy_calls_with_empty_bodies_allocate_nothing() {
     for service in services.drain(..) {
         assert_no_allocations(service.clone(), "a service layered over 21 routes");
     }
+    // With a `tracing` subscriber installed at INFO: the attempts' spans and the refusals'
+    // events are DEBUG, off, and cost nothing.
+    alloc::with_info_subscriber(|| {
+        assert_no_allocations(
+            layer(routed()).layer(tower::service_fn(ok)),
+            "three routes, subscriber at INFO",
+        );
+    });
 
     // The counter really counts: a retry (a 503 first) boxes its backoff timer.
     // (One test function: the counter is global, and tests in one binary run in parallel.)

@@ -124,6 +124,19 @@ fn healthy_calls_without_a_deadline_allocate_nothing() {
     let service = bounded.body_layer().layer(bounded.layer(ready));
     assert_no_allocations(service, "timeout and body timeout");
 
+    // With a `tracing` subscriber installed at INFO: the timeout's events are DEBUG (and
+    // happen on no healthy call).
+    alloc::with_info_subscriber(|| {
+        let pending_once = tower::service_fn(|_: Request<()>| async {
+            tokio::task::yield_now().await;
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        });
+        assert_no_allocations(
+            layer().layer(pending_once),
+            "inner service pending once, subscriber at INFO",
+        );
+    });
+
     // Building the layer over a table of 21 routes makes one set of per-thread leases on
     // the routes' names, and layering is free: every service the layer builds shares them.
     let routes = wide_routes();

@@ -76,9 +76,10 @@ const EXPECTED: [(&str, (usize, usize)); 9] = [
     // call's route and deadline, the replay state; the hedge and the backoff's timer are
     // boxed, one pointer each.
     ("retry budget", (456, 0)),
-    // The retry around the fused breaker, limit and timeout stage.
-    ("full policy", (760, 112)),
-    ("keyed policy", (760, 112)),
+    // The retry around the fused breaker, limit and timeout stage, and the call's span
+    // (`policy_call`: boxed, so one pointer, null unless a subscriber wants it).
+    ("full policy", (768, 112)),
+    ("keyed policy", (768, 112)),
 ];
 
 #[test]

@@ -42,6 +42,19 @@ pub struct RequestHead<'a> {
 }
 
 impl<'a> RequestHead<'a> {
+    /// What a key function sees of `request`, which matched `route` (named `route_name`):
+    /// for calling a key function outside the breaker (to report which key a call has).
+    pub fn new<B>(request: &'a Request<B>, route: RouteId, route_name: &'a str) -> Self {
+        RequestHead {
+            method: request.method(),
+            uri: request.uri(),
+            headers: request.headers(),
+            extensions: request.extensions(),
+            route,
+            route_name,
+        }
+    }
+
     /// The method.
     pub fn method(&self) -> &'a Method {
         self.method
@@ -376,6 +389,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
     fn overflow(&self, shard: &mut Shard<F::Key, C, M::Store>) -> Entry<C, M::Store> {
         let breaker = shard.overflow.get_or_insert_with(|| {
             tracing::warn!(
+                target: "fusebox::breaker",
                 breaker = &*self.config.name,
                 keys = shard.map.len(),
                 "keyed breaker: a shard is full of breakers that are not closed or are in use; new keys share its overflow breaker"

@@ -126,9 +126,9 @@
 //! # Observability
 //!
 //! `metrics` gauges for the limit, the calls in flight and the calls queued, and a counter
-//! of rejections by reason; a `tracing` event when an adaptive limit moves by at least a
-//! configured step; and a [`LimitHandle`] to read the same numbers. Names and labels are in
-//! [`observe`].
+//! of rejections by reason; a `tracing` event (target `fusebox::limit`) when an adaptive
+//! limit moves by at least a configured step; and a [`LimitHandle`] to read the same
+//! numbers. Names and labels are in [`observe`].
 //!
 //! # Cost
 //!

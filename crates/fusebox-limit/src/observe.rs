@@ -31,7 +31,7 @@ pub const QUEUED: &str = "fusebox_limit_queued";
 /// Counter: calls shed, by `reason` (`full`, `queue_full`, `queue_timeout`).
 pub const REJECTED: &str = "fusebox_limit_rejected_total";
 /// The `tracing` target of the limit's events.
-pub const TARGET: &str = "fusebox_limit";
+pub const TARGET: &str = "fusebox::limit";
 
 /// The metric handles of one limiter.
 pub(crate) struct Metrics {

@@ -86,6 +86,8 @@ enum Phase {
     Backoff,
     /// The deadline had passed before the first attempt: nothing is sent.
     Expired,
+    /// The answer to an [`Expired`](Phase::Expired) request was returned: nothing was sent.
+    Unsent,
     /// The answer was returned.
     Done,
 }
@@ -134,6 +136,18 @@ where
     S: Service<Request<ReplayBody<B>>>,
     B: Body,
 {
+    /// The attempts sent so far: first attempt, retries and hedges (`0` while the body is
+    /// being buffered, and for a request whose deadline had passed before anything was
+    /// sent). Read by a caller that reports the call when it finishes (the `Policy`'s span).
+    pub fn attempts(&self) -> u32 {
+        match (&self.replay, self.phase) {
+            (_, Phase::Expired | Phase::Unsent) => 0,
+            (Some(replay), _) => replay.attempts,
+            // Sent once, never repeated.
+            (None, _) => 1,
+        }
+    }
+
     /// The first attempt is in flight; the request will not be repeated.
     #[inline]
     pub(crate) fn once(
@@ -581,10 +595,12 @@ where
                     return Poll::Pending;
                 }
                 Phase::Expired => {
-                    *this.phase = Phase::Done;
+                    *this.phase = Phase::Unsent;
                     return Poll::Ready(Err(DeadlineExceeded::new().into()));
                 }
-                Phase::Done => panic!("retry ResponseFuture polled after completion"),
+                Phase::Done | Phase::Unsent => {
+                    panic!("retry ResponseFuture polled after completion")
+                }
             }
         }
     }

@@ -61,8 +61,8 @@
 //! `fusebox_retry_retries_total`, `fusebox_retry_hedges_total`,
 //! `fusebox_retry_budget_exhausted_total`, `fusebox_retry_cutoff_refusals_total`. Each
 //! attempt runs in a DEBUG span `retry_attempt` with its `attempt` number (1-based);
-//! refusals are DEBUG events. The counter handles are registered when the layer is built,
-//! so install the `metrics` recorder first.
+//! refusals are DEBUG events; both have the target `fusebox::retry`. The counter handles
+//! are registered when the layer is built, so install the `metrics` recorder first.
 //!
 //! # Example
 //!

@@ -194,6 +194,7 @@ impl<C> Shared<C> {
     /// Logs a refusal (formatting happens only when the event is enabled).
     pub(crate) fn refused(&self, refusal: Refusal, attempts: u32) {
         tracing::debug!(
+            target: "fusebox::retry",
             name = self.config.name(),
             attempts,
             reason = refusal.as_str(),
@@ -273,7 +274,7 @@ impl<S, C> fmt::Debug for Bound<S, C> {
 
 #[inline]
 pub(crate) fn attempt_span(attempt: u32) -> Span {
-    tracing::debug_span!("retry_attempt", attempt)
+    tracing::debug_span!(target: "fusebox::retry", "retry_attempt", attempt)
 }
 
 /// Calls `service` inside `span`.

@@ -115,8 +115,8 @@
 //!
 //! Counters, with static names and labels ([`telemetry`]): timeouts by route and phase,
 //! deadline rejections by route, malformed incoming deadlines by header. A `tracing` event
-//! (at `DEBUG`) names the route and limit of each timeout. Nothing is counted or formatted
-//! on a call that finishes in time.
+//! (at `DEBUG`, target [`telemetry::TARGET`], `fusebox::timeout`) names the route and limit
+//! of each timeout. Nothing is counted or formatted on a call that finishes in time.
 //!
 //! # Cost
 //!

@@ -21,6 +21,11 @@ pub const DEADLINE_EXCEEDED_TOTAL: &str = "fusebox_timeout_deadline_exceeded_tot
 /// `header` (`"grpc-timeout"` or `"millis-header"` for the configured one).
 pub const MALFORMED_DEADLINE_TOTAL: &str = "fusebox_deadline_malformed_total";
 
+/// The `tracing` target of the timeout layers' events (all `DEBUG`): a timeout that fired
+/// (`route`, `limit_ms`, `phase`), a deadline that had passed before the call was sent
+/// (`route`), a malformed incoming deadline (`header`).
+pub const TARGET: &str = "fusebox::timeout";
+
 /// Which part of a call a timeout cut short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -44,6 +49,7 @@ pub(crate) fn elapsed(route: &Arc<str>, limit: Duration, phase: Phase) {
     metrics::counter!(ELAPSED_TOTAL, "route" => Arc::clone(route), "phase" => phase.label())
         .increment(1);
     tracing::debug!(
+        target: TARGET,
         route = &**route,
         limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
         phase = phase.label(),
@@ -53,7 +59,11 @@ pub(crate) fn elapsed(route: &Arc<str>, limit: Duration, phase: Phase) {
 
 /// A call was refused because its deadline had passed.
 pub(crate) fn deadline_exceeded(route: Arc<str>) {
-    tracing::debug!(route = &*route, "deadline passed before the call was sent");
+    tracing::debug!(
+        target: TARGET,
+        route = &*route,
+        "deadline passed before the call was sent"
+    );
     metrics::counter!(DEADLINE_EXCEEDED_TOTAL, "route" => route).increment(1);
 }
 
@@ -61,6 +71,7 @@ pub(crate) fn deadline_exceeded(route: Arc<str>) {
 pub(crate) fn malformed(source: Source) {
     metrics::counter!(MALFORMED_DEADLINE_TOTAL, "header" => source.label()).increment(1);
     tracing::debug!(
+        target: TARGET,
         header = source.label(),
         "ignored a malformed incoming deadline"
     );

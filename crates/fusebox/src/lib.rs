@@ -9,7 +9,8 @@
 //!   with [fallbacks](Fallback), a [recovery ramp](RecoveryRamp) and keyed breakers;
 //! - [`breaker`], [`limit`], [`retry`], [`timeout`]: each layer on its own;
 //! - [`classify`]: the Classifier, the route table, and fusebox's shared error types;
-//! - [`metrics`]: every metric name, for dashboards.
+//! - [`metrics`]: every metric name, for dashboards; [`trace`]: every `tracing` target and
+//!   the span of a policy call, for filters and traces.
 //!
 //! And, behind features that the default build leaves out:
 //!
@@ -159,6 +160,10 @@ pub use crate::builder::ServiceBuilderExt;
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
 pub mod metrics;
+
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod trace;
 
 #[cfg(any(feature = "toml", feature = "yaml"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "toml", feature = "yaml"))))]

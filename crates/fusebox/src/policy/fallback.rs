@@ -255,7 +255,7 @@ impl Armed {
         let response = (self.fallback.f)(&ctx);
         self.counters[reason.index()].increment(1);
         tracing::debug!(
-            target: "fusebox::policy",
+            target: "fusebox::fallback",
             policy,
             route,
             reason = reason.as_str(),

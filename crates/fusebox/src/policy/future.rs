@@ -2,9 +2,12 @@
 
 use crate::policy::Shared;
 use crate::policy::body::{PolicyBody, StackBody};
-use crate::policy::stack::Stack;
+use crate::policy::call_span::{Answer, CallSpan};
+use crate::policy::stack::{Stack, StageFuture};
 use fusebox_classify::{BoxError, Classifier, RouteId};
+use fusebox_retry::ReplayBody;
 use http::{Method, Request, Response};
+use http_body::Body;
 use pin_project::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -20,8 +23,30 @@ pub(crate) struct FallbackCall<C> {
     pub(crate) method: Method,
 }
 
-/// The future of a [`PolicyService`](crate::PolicyService): the layers' future, and the
-/// fallback if the call's route has one.
+/// How many attempts the policy's outermost stage sent: the retry layer's count, or one
+/// when the policy has no retry budget. Implemented by that stage's future, for the call's
+/// span (public only because [`ResponseFuture`]'s `Future` impl names it).
+pub trait Attempts {
+    /// The attempts sent so far.
+    fn attempts(&self) -> u32;
+}
+
+impl<S, C, B, Off> Attempts for StageFuture<fusebox_retry::future::ResponseFuture<S, C, B>, Off>
+where
+    S: Service<Request<ReplayBody<B>>>,
+    B: Body,
+{
+    #[inline]
+    fn attempts(&self) -> u32 {
+        match self {
+            StageFuture::On(retry) => retry.attempts(),
+            StageFuture::Off(_) => 1,
+        }
+    }
+}
+
+/// The future of a [`PolicyService`](crate::PolicyService): the layers' future, the
+/// fallback if the call's route has one, and the call's span when a subscriber wants it.
 #[pin_project]
 pub struct ResponseFuture<S, B, C>
 where
@@ -30,6 +55,8 @@ where
     #[pin]
     inner: <Stack<S, C> as Service<Request<B>>>::Future,
     fallback: Option<FallbackCall<C>>,
+    /// `None` unless `policy_call` is enabled: one pointer on the healthy path.
+    span: Option<Box<CallSpan<C>>>,
 }
 
 impl<S, B, C> ResponseFuture<S, B, C>
@@ -39,8 +66,13 @@ where
     pub(crate) fn new(
         inner: <Stack<S, C> as Service<Request<B>>>::Future,
         fallback: Option<FallbackCall<C>>,
+        span: Option<Box<CallSpan<C>>>,
     ) -> Self {
-        ResponseFuture { inner, fallback }
+        ResponseFuture {
+            inner,
+            fallback,
+            span,
+        }
     }
 }
 
@@ -51,6 +83,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
             .field("fallback", &self.fallback.is_some())
+            .field("span", &self.span.as_ref().map(|s| s.span()))
             .finish_non_exhaustive()
     }
 }
@@ -58,30 +91,53 @@ where
 impl<S, B, C, RB> Future for ResponseFuture<S, B, C>
 where
     Stack<S, C>: Service<Request<B>, Response = Response<StackBody<RB, C>>, Error = BoxError>,
+    <Stack<S, C> as Service<Request<B>>>::Future: Attempts,
     C: Classifier,
 {
     type Output = Result<Response<PolicyBody<RB, C>>, BoxError>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        match ready!(this.inner.poll(cx)) {
-            Ok(response) => Poll::Ready(Ok(response.map(PolicyBody::inner))),
+        let mut this = self.project();
+        let polled = match this.span.as_deref() {
+            None => this.inner.as_mut().poll(cx),
+            Some(span) => {
+                let _entered = span.span().enter();
+                this.inner.as_mut().poll(cx)
+            }
+        };
+        match ready!(polled) {
+            Ok(response) => {
+                if let Some(span) = this.span.take() {
+                    let attempts = this.inner.as_ref().get_ref().attempts();
+                    let answer = Answer::Response(response.status(), response.headers());
+                    span.finish(attempts, answer, false);
+                }
+                Poll::Ready(Ok(response.map(PolicyBody::inner)))
+            }
             Err(error) => {
+                let mut served = None;
                 if let Some(call) = this.fallback.take() {
                     let shared = &call.shared;
-                    if let Some(armed) = &shared.fallback
-                        && let Some(response) = armed.respond(
+                    if let Some(armed) = &shared.fallback {
+                        // Inside the span: the fallback's own event belongs to the call.
+                        let _entered = this.span.as_deref().map(|s| s.span().enter());
+                        served = armed.respond(
                             &*error,
                             &shared.name,
                             shared.routes.name(call.route),
                             &call.method,
-                        )
-                    {
-                        return Poll::Ready(Ok(response.map(PolicyBody::fallback)));
+                        );
                     }
                 }
-                Poll::Ready(Err(error))
+                if let Some(span) = this.span.take() {
+                    let attempts = this.inner.as_ref().get_ref().attempts();
+                    span.finish(attempts, Answer::Error(&*error), served.is_some());
+                }
+                match served {
+                    Some(response) => Poll::Ready(Ok(response.map(PolicyBody::fallback))),
+                    None => Poll::Ready(Err(error)),
+                }
             }
         }
     }

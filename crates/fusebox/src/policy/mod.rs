@@ -68,6 +68,7 @@
 //! ```
 
 mod body;
+mod call_span;
 mod fallback;
 mod future;
 mod key;
@@ -79,7 +80,7 @@ mod store;
 
 pub use self::body::{PolicyBody, StackBody};
 pub use self::fallback::{FALLBACKS_TOTAL, Fallback, FallbackContext, FallbackReason};
-pub use self::future::ResponseFuture;
+pub use self::future::{Attempts, ResponseFuture};
 pub use self::key::{BreakerKey, KeyBy};
 pub use self::ramp::RecoveryRamp;
 pub use self::service::PolicyService;
@@ -594,6 +595,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             Some(_) if self.check_only => BreakerStore::InMemory,
             store => store.unwrap_or_default(),
         };
+        let span_key = self.breaker_key.clone();
         let settings = Settings {
             breaker: breaker.clone(),
             key: self.breaker_key.clone(),
@@ -661,6 +663,7 @@ impl<C: Classifier> PolicyBuilder<C> {
                 shared: Arc::new(Shared {
                     name: self.name,
                     routes,
+                    key: span_key,
                     fallback,
                     ramp,
                 }),
@@ -680,6 +683,8 @@ pub(crate) enum BreakerLayer<C> {
 pub(crate) struct Shared<C> {
     pub(crate) name: Arc<str>,
     pub(crate) routes: RouteTable<C>,
+    /// The keyed breaker's key function (for the call's span).
+    pub(crate) key: Option<KeyBy>,
     pub(crate) fallback: Option<Armed>,
     pub(crate) ramp: Option<Arc<Ramp>>,
 }

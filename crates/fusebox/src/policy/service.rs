@@ -2,6 +2,7 @@
 
 use crate::policy::Shared;
 use crate::policy::body::PolicyBody;
+use crate::policy::call_span::CallSpan;
 use crate::policy::future::{FallbackCall, ResponseFuture};
 use crate::policy::stack::Stack;
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
@@ -100,6 +101,17 @@ where
                     })
             }
         };
-        ResponseFuture::new(self.stack.call(request), fallback)
+        // `policy_call`: `None` at once unless a subscriber wants DEBUG from
+        // `fusebox::policy`. Entered while the layers take the call, so that their events
+        // and the retry layer's attempt spans belong to it.
+        let span = CallSpan::start(shared, &request);
+        let inner = match &span {
+            None => self.stack.call(request),
+            Some(span) => {
+                let _entered = span.span().enter();
+                self.stack.call(request)
+            }
+        };
+        ResponseFuture::new(inner, fallback, span)
     }
 }
