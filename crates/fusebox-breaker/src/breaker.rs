@@ -2,7 +2,7 @@
 //! clock, and the per-call bookkeeping (`Guard`) that turns a finished call into exactly one
 //! record or release.
 
-use crate::events::EventSink;
+use crate::events::{CALL_DURATION_SECONDS, Calls, EventSink};
 use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
@@ -18,6 +18,8 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use fusebox_classify::series::SeriesBuilder;
+use metrics::Histogram;
 use tokio::time::Instant;
 
 pub(crate) struct Breaker<C, St> {
@@ -33,6 +35,11 @@ pub(crate) struct Breaker<C, St> {
     /// threshold, if any. Read at admission to stamp the guard with the instant its call
     /// turns slow, so that telling a slow call at the end is one comparison of instants.
     slow_after: Box<[Option<Duration>]>,
+    /// Per route, like `slow_after`: the call-duration histogram (recorded only on routes
+    /// with a slow-call threshold, whose calls read the clock at both ends anyway).
+    durations: Box<[Histogram]>,
+    /// Calls by outcome, bumped where each verdict is recorded.
+    calls: Calls,
     /// Used since the last eviction sweep (keyed breakers).
     pub(crate) touched: AtomicBool,
 }
@@ -61,7 +68,17 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             .iter()
             .map(|(_, _, route)| route.slow_call_threshold())
             .collect();
+        let series = SeriesBuilder::new(&name);
+        let durations = table
+            .iter()
+            .map(|(_, route, _)| {
+                series.histogram(CALL_DURATION_SECONDS, &[("route", route.to_owned().into())])
+            })
+            .collect();
+        let calls = events.calls();
         Breaker {
+            durations,
+            calls,
             table,
             store,
             clock,
@@ -115,6 +132,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         Ok(Ticket {
             breaker: owner(),
             permit,
+            route,
             slow_at,
             done: false,
         })
@@ -147,22 +165,56 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
-    /// Whether a call that turns slow at `slow_at` was slow, as of now; reads the clock
-    /// only if needed.
+    /// Whether a call on `route` that turns slow at `slow_at` was slow, as of now; reads
+    /// the clock only if needed. A call whose route measures slowness has its duration
+    /// recorded (its start is `slow_at` less the route's threshold).
     #[inline]
-    fn measure(&self, slow_at: Option<Option<Instant>>) -> (bool, Option<Instant>) {
+    fn measure(&self, route: RouteId, slow_at: Option<Option<Instant>>) -> (bool, Option<Instant>) {
         if slow_at.is_none() && !self.needs_end_time {
             return (false, None);
         }
         let now = Instant::now();
         let slow = slow_at.flatten().is_some_and(|at| now >= at);
+        if let Some(at) = slow_at.flatten() {
+            self.observe(route, at, now);
+        }
         (slow, Some(now))
+    }
+
+    /// Records the duration of a call on `route` that turned slow at `slow_at` and ended at
+    /// `end`.
+    #[inline]
+    fn observe(&self, route: RouteId, slow_at: Instant, end: Instant) {
+        let i = if route.index() < self.slow_after.len() {
+            route.index()
+        } else {
+            0
+        };
+        if let (Some(Some(threshold)), Some(histogram)) =
+            (self.slow_after.get(i), self.durations.get(i))
+        {
+            let start = slow_at.checked_sub(*threshold).unwrap_or(slow_at);
+            histogram.record(end.saturating_duration_since(start).as_secs_f64());
+        }
+    }
+
+    /// Counts a call whose outcome is ignored or that was cancelled.
+    #[inline]
+    fn count_ignored(&self) {
+        self.calls.ignored.increment(1);
     }
 
     /// Records one call's outcome under `permit`.
     #[inline]
     fn record(&self, permit: Permit, outcome: Outcome, slow: bool, end: Option<Instant>) {
         let store = &self.store;
+        let calls = &self.calls;
+        match outcome {
+            Outcome::Failure => calls.failed.increment(1),
+            Outcome::Ignored => calls.ignored.increment(1),
+            _ if slow => calls.slow.increment(1),
+            _ => calls.successful.increment(1),
+        }
         // A fast success that the store can take without the time it ended (a clean count
         // window) skips turning the end into `Nanos`.
         if outcome == Outcome::Success
@@ -312,7 +364,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
     /// record again (dropping it afterwards releases nothing).
     #[inline]
     pub fn finish_in_place(&mut self, verdict: Verdict) {
-        let (slow, now) = self.breaker.measure(self.slow_at);
+        let (slow, now) = self.breaker.measure(self.meta.route(), self.slow_at);
         self.finish_measured(verdict.outcome(), slow, now);
     }
 
@@ -324,7 +376,7 @@ impl<C: Classifier, St: Store> Guard<C, St> {
 
     /// Hands the guard to the response body, measuring slowness now (time to headers).
     pub fn at_end_of_stream(self) -> EosRecorder<C, St> {
-        let (slow, _) = self.breaker.measure(self.slow_at);
+        let (slow, _) = self.breaker.measure(self.meta.route(), self.slow_at);
         EosRecorder { guard: self, slow }
     }
 }
@@ -333,6 +385,7 @@ impl<C: Classifier, St: Store> Drop for Guard<C, St> {
     fn drop(&mut self) {
         if !self.done {
             // Cancelled: the outcome is ignored and a probe's permit goes back.
+            self.breaker.count_ignored();
             self.breaker.store.release(self.permit);
         }
     }
@@ -344,6 +397,7 @@ impl<C: Classifier, St: Store> Drop for Guard<C, St> {
 pub(crate) struct Ticket<C: Classifier, St: Store> {
     breaker: Owner<C, St>,
     permit: Permit,
+    route: RouteId,
     /// When the call turns slow (admission time + the route's threshold, `None` inside if
     /// that is past the end of time); `None` when its route does not measure slowness.
     slow_at: Option<Option<Instant>>,
@@ -369,7 +423,7 @@ impl<C: Classifier, St: Store> Ticket<C, St> {
     /// Records `outcome` (slowness measured now); it must not record again.
     #[inline]
     pub(crate) fn finish_in_place(&mut self, outcome: Outcome) {
-        let (slow, now) = self.breaker.measure(self.slow_at);
+        let (slow, now) = self.breaker.measure(self.route, self.slow_at);
         self.done = true;
         self.breaker.record(self.permit, outcome, slow, now);
     }
@@ -379,6 +433,7 @@ impl<C: Classifier, St: Store> Drop for Ticket<C, St> {
     fn drop(&mut self) {
         if !self.done {
             // Cancelled: the outcome is ignored and a probe's permit goes back.
+            self.breaker.count_ignored();
             self.breaker.store.release(self.permit);
         }
     }

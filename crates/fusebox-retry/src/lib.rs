@@ -127,6 +127,7 @@ pub mod replay;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 mod section;
 mod service;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 

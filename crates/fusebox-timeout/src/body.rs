@@ -6,7 +6,7 @@
 //! (and its caller) forever. The timer starts when the headers arrive and is dropped as soon
 //! as the body ends, so a finished body holds no timer-wheel entry.
 
-use crate::telemetry::{self, Phase};
+use crate::telemetry::{self, Phase, RouteSeries};
 use fusebox_classify::BoxError;
 use fusebox_classify::error::Elapsed;
 use http_body::{Body, Frame, SizeHint};
@@ -39,7 +39,7 @@ pub struct TimeoutBody<B> {
 struct BodyTimer {
     #[pin]
     sleep: Sleep,
-    route: Arc<str>,
+    route: Arc<RouteSeries>,
     limit: Duration,
 }
 
@@ -55,7 +55,12 @@ impl<B> TimeoutBody<B> {
     }
 
     /// A body that fails with `Elapsed(route, limit)` when `sleep` completes.
-    pub(crate) fn with_timer(inner: B, sleep: Sleep, route: Arc<str>, limit: Duration) -> Self {
+    pub(crate) fn with_timer(
+        inner: B,
+        sleep: Sleep,
+        route: Arc<RouteSeries>,
+        limit: Duration,
+    ) -> Self {
         TimeoutBody {
             inner,
             timer: Some(BodyTimer {
@@ -109,7 +114,7 @@ where
             let timer = timer.project();
             if timer.sleep.poll(cx).is_ready() {
                 telemetry::elapsed(timer.route, *timer.limit, Phase::Body);
-                let error = Elapsed::new(Arc::clone(timer.route), *timer.limit);
+                let error = Elapsed::new(Arc::clone(timer.route.name()), *timer.limit);
                 this.timer.set(None);
                 *this.done = true;
                 return Poll::Ready(Some(Err(Box::new(error))));
