@@ -248,7 +248,7 @@ async fn gauges_follow_the_limit_and_calls() {
                     .labels()
                     .map(|l| format!("{}={}", l.key(), l.value()))
                     .collect();
-                assert_eq!(labels, ["limiter=test"]);
+                assert_eq!(labels, ["dependency=test"]);
                 Some(g.into_inner())
             }
             _ => None,
