@@ -74,7 +74,10 @@ fn every_metric_the_dashboard_queries_is_one_fusebox_exports() {
     let mut used = BTreeSet::new();
     for (title, expr) in &queries {
         let names = metric_names(expr);
-        assert!(!names.is_empty(), "{title}: {expr} queries no fusebox metric");
+        assert!(
+            !names.is_empty(),
+            "{title}: {expr} queries no fusebox metric"
+        );
         for name in names {
             assert!(
                 exported.contains(&name),

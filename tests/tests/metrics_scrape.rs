@@ -38,7 +38,9 @@ fn parse(text: &str) -> Vec<Line> {
     text.lines()
         .filter(|l| l.starts_with("fusebox_"))
         .map(|l| {
-            let (name, rest) = l.split_once('{').unwrap_or((l.split(' ').next().unwrap(), ""));
+            let (name, rest) = l
+                .split_once('{')
+                .unwrap_or((l.split(' ').next().unwrap(), ""));
             let mut family = name.to_owned();
             for suffix in ["_bucket", "_sum", "_count"] {
                 if let Some(base) = name.strip_suffix(suffix)
@@ -63,7 +65,10 @@ fn parse(text: &str) -> Vec<Line> {
 
 fn routes() -> RouteTable {
     RouteTable::builder(Route::default().slow_call_duration(Duration::from_millis(500)))
-        .route("GET /slow", Route::default().timeout(Duration::from_millis(50)))
+        .route(
+            "GET /slow",
+            Route::default().timeout(Duration::from_millis(50)),
+        )
         .build()
         .expect("a valid table")
 }
@@ -239,9 +244,7 @@ async fn a_scrape_of_two_policies_and_a_keyed_one_has_every_family_with_unmixed_
     assert!(has(
         "fusebox_breaker_calls_total{dependency=\"beta\",kind=\"not_permitted\"} 1"
     ));
-    assert!(has(
-        "fusebox_breaker_failure_ratio{dependency=\"beta\"} 1"
-    ));
+    assert!(has("fusebox_breaker_failure_ratio{dependency=\"beta\"} 1"));
     assert!(has(
         "fusebox_breaker_failure_ratio_threshold{dependency=\"beta\"} 0.5"
     ));
@@ -298,7 +301,9 @@ async fn a_scrape_of_two_policies_and_a_keyed_one_has_every_family_with_unmixed_
     fm::keep_alive();
     let second = handle.render();
     assert!(
-        second.contains("fusebox_breaker_state{dependency=\"gamma\",key=\"a.gamma.test\",state=\"closed\"} 0"),
+        second.contains(
+            "fusebox_breaker_state{dependency=\"gamma\",key=\"a.gamma.test\",state=\"closed\"} 0"
+        ),
         "a forgotten key reads 0 in every state until its series go:\n{second}"
     );
     fm::keep_alive();

@@ -137,7 +137,10 @@ async fn every_layer_is_scraped_under_its_documented_name() {
         has("fusebox_breaker_state{dependency=\"checkout\",state=\"open\"} 1"),
         "{text}"
     );
-    assert!(has("fusebox_limit_limit{dependency=\"checkout\"} 8"), "{text}");
+    assert!(
+        has("fusebox_limit_limit{dependency=\"checkout\"} 8"),
+        "{text}"
+    );
     assert!(
         text.lines().any(|l| l.starts_with(
             "fusebox_breaker_transitions_total{dependency=\"checkout\",from=\"closed\",to=\"open\"}"

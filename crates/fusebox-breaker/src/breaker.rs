@@ -2,7 +2,7 @@
 //! clock, and the per-call bookkeeping (`Guard`) that turns a finished call into exactly one
 //! record or release.
 
-use crate::events::{CALL_DURATION_SECONDS, Calls, EventSink};
+use crate::events::{CallKind, EventSink};
 use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
@@ -18,8 +18,6 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use fusebox_classify::series::SeriesBuilder;
-use metrics::Histogram;
 use tokio::time::Instant;
 
 pub(crate) struct Breaker<C, St> {
@@ -35,11 +33,6 @@ pub(crate) struct Breaker<C, St> {
     /// threshold, if any. Read at admission to stamp the guard with the instant its call
     /// turns slow, so that telling a slow call at the end is one comparison of instants.
     slow_after: Box<[Option<Duration>]>,
-    /// Per route, like `slow_after`: the call-duration histogram (recorded only on routes
-    /// with a slow-call threshold, whose calls read the clock at both ends anyway).
-    durations: Box<[Histogram]>,
-    /// Calls by outcome, bumped where each verdict is recorded.
-    calls: Calls,
     /// Used since the last eviction sweep (keyed breakers).
     pub(crate) touched: AtomicBool,
 }
@@ -68,17 +61,9 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             .iter()
             .map(|(_, _, route)| route.slow_call_threshold())
             .collect();
-        let series = SeriesBuilder::new(&name);
-        let durations = table
-            .iter()
-            .map(|(_, route, _)| {
-                series.histogram(CALL_DURATION_SECONDS, &[("route", route.to_owned().into())])
-            })
-            .collect();
-        let calls = events.calls();
+        // The call-duration histograms, per route: one set per layer, shared by its keys.
+        events.durations(&table);
         Breaker {
-            durations,
-            calls,
             table,
             store,
             clock,
@@ -190,31 +175,29 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         } else {
             0
         };
-        if let (Some(Some(threshold)), Some(histogram)) =
-            (self.slow_after.get(i), self.durations.get(i))
-        {
+        if let Some(Some(threshold)) = self.slow_after.get(i) {
             let start = slow_at.checked_sub(*threshold).unwrap_or(slow_at);
-            histogram.record(end.saturating_duration_since(start).as_secs_f64());
+            self.events
+                .duration(i, end.saturating_duration_since(start));
         }
     }
 
     /// Counts a call whose outcome is ignored or that was cancelled.
     #[inline]
     fn count_ignored(&self) {
-        self.calls.ignored.increment(1);
+        self.events.call(CallKind::Ignored);
     }
 
     /// Records one call's outcome under `permit`.
     #[inline]
     fn record(&self, permit: Permit, outcome: Outcome, slow: bool, end: Option<Instant>) {
         let store = &self.store;
-        let calls = &self.calls;
-        match outcome {
-            Outcome::Failure => calls.failed.increment(1),
-            Outcome::Ignored => calls.ignored.increment(1),
-            _ if slow => calls.slow.increment(1),
-            _ => calls.successful.increment(1),
-        }
+        self.events.call(match outcome {
+            Outcome::Failure => CallKind::Failed,
+            Outcome::Ignored => CallKind::Ignored,
+            _ if slow => CallKind::Slow,
+            _ => CallKind::Successful,
+        });
         // A fast success that the store can take without the time it ended (a clean count
         // window) skips turning the end into `Nanos`.
         if outcome == Outcome::Success

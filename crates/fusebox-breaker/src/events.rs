@@ -48,7 +48,7 @@ use crate::config::CircuitBreakerConfig;
 use crate::state::{Reason, State, Transition};
 use crate::window::WindowTotals;
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
-use metrics::{Counter, Gauge, Label};
+use metrics::{Counter, Gauge, Histogram, Label};
 use std::fmt;
 use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 use tokio::sync::broadcast;
@@ -155,13 +155,21 @@ const STATES: [State; 6] = [
     State::MetricsOnly,
 ];
 
+/// A call's outcome, as `fusebox_breaker_calls_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallKind {
+    Successful,
+    Failed,
+    Slow,
+    Ignored,
+}
+
 /// The call counters a breaker bumps as it records each call's verdict.
-#[derive(Clone)]
-pub(crate) struct Calls {
-    pub(crate) successful: Counter,
-    pub(crate) failed: Counter,
-    pub(crate) slow: Counter,
-    pub(crate) ignored: Counter,
+struct Calls {
+    successful: Counter,
+    failed: Counter,
+    slow: Counter,
+    ignored: Counter,
 }
 
 /// The handles of one breaker (or one key of a keyed breaker).
@@ -309,22 +317,32 @@ pub type Listener = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
 #[derive(Clone)]
 pub struct EventSink {
     inner: Arc<SinkInner>,
-    key: Option<Arc<str>>,
-    /// Made on first use: a keyed breaker's own sink records nothing, its keys' do.
-    series: Arc<OnceLock<BreakerSeries>>,
+    series: Slot,
+}
+
+/// A sink's metric series. None at all while no recorder is installed: a keyed breaker's
+/// key then costs no handle (see `tests/tests/keyed_memory.rs`).
+#[derive(Clone)]
+enum Slot {
+    /// An unkeyed breaker's, made on first use: a keyed breaker's own sink records
+    /// nothing (its keys' sinks do), so it never makes them.
+    Lazy(Arc<OnceLock<Option<Box<BreakerSeries>>>>),
+    /// A key's, made with its sink.
+    Key(Option<Arc<BreakerSeries>>),
 }
 
 struct SinkInner {
     name: Arc<str>,
     tx: broadcast::Sender<BreakerEvent>,
     listeners: Vec<Listener>,
+    /// The call-duration histograms, by route index: one set for the layer and its keys.
+    durations: OnceLock<Box<[Histogram]>>,
 }
 
 impl fmt::Debug for EventSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EventSink")
             .field("breaker", &self.inner.name)
-            .field("key", &self.key)
             .field("listeners", &self.inner.listeners.len())
             .finish()
     }
@@ -339,9 +357,9 @@ impl EventSink {
                 name,
                 tx,
                 listeners,
+                durations: OnceLock::new(),
             }),
-            key: None,
-            series: Arc::new(OnceLock::new()),
+            series: Slot::Lazy(Arc::new(OnceLock::new())),
         }
     }
 
@@ -349,33 +367,77 @@ impl EventSink {
     /// metric series of its own, labelled `key`, registered now. They go when the last
     /// clone of the returned sink does (the key's breaker is forgotten).
     pub fn for_key(&self, key: Arc<str>) -> Self {
-        let series = OnceLock::new();
-        let _ = series.set(BreakerSeries::new(&self.inner.name, Some(&key)));
+        let series =
+            series::recording().then(|| Arc::new(BreakerSeries::new(&self.inner.name, Some(&key))));
         EventSink {
             inner: Arc::clone(&self.inner),
-            key: Some(key),
-            series: Arc::new(series),
+            series: Slot::Key(series),
         }
     }
 
-    fn series(&self) -> &BreakerSeries {
-        self.series
-            .get_or_init(|| BreakerSeries::new(&self.inner.name, self.key.as_deref()))
+    #[inline]
+    fn series(&self) -> Option<&BreakerSeries> {
+        match &self.series {
+            Slot::Lazy(cell) => cell
+                .get_or_init(|| {
+                    series::recording()
+                        .then(|| Box::new(BreakerSeries::new(&self.inner.name, None)))
+                })
+                .as_deref(),
+            Slot::Key(series) => series.as_deref(),
+        }
     }
 
-    /// The counters of calls by outcome, for the breaker to record verdicts with.
-    pub(crate) fn calls(&self) -> Calls {
-        self.series().calls.clone()
+    /// Counts a call by its outcome.
+    #[inline]
+    pub(crate) fn call(&self, kind: CallKind) {
+        if let Some(s) = self.series() {
+            let calls = &s.calls;
+            match kind {
+                CallKind::Successful => calls.successful.increment(1),
+                CallKind::Failed => calls.failed.increment(1),
+                CallKind::Slow => calls.slow.increment(1),
+                CallKind::Ignored => calls.ignored.increment(1),
+            }
+        }
+    }
+
+    /// Registers the call-duration histograms of `table`'s routes, once per layer.
+    pub(crate) fn durations<C: fusebox_classify::Classifier>(
+        &self,
+        table: &fusebox_classify::RouteTable<C>,
+    ) {
+        self.inner.durations.get_or_init(|| {
+            if !series::recording() {
+                return Box::default();
+            }
+            let b = SeriesBuilder::new(&self.inner.name);
+            table
+                .iter()
+                .map(|(_, route, _)| {
+                    b.histogram(CALL_DURATION_SECONDS, &[("route", route.to_owned().into())])
+                })
+                .collect()
+        });
+    }
+
+    /// Records the duration of a call on the route of index `route`.
+    #[inline]
+    pub(crate) fn duration(&self, route: usize, duration: std::time::Duration) {
+        if let Some(h) = self.inner.durations.get().and_then(|d| d.get(route)) {
+            h.record(duration.as_secs_f64());
+        }
     }
 
     /// Publishes `config`'s thresholds (what the window's rates are compared with). Stores
     /// call it when they are made.
     pub fn thresholds(&self, config: &CircuitBreakerConfig) {
-        let s = self.series();
-        s.failure_threshold
-            .set(f64::from(config.failure_rate_threshold) / 100.0);
-        s.slow_threshold
-            .set(f64::from(config.slow_call_rate_threshold) / 100.0);
+        if let Some(s) = self.series() {
+            s.failure_threshold
+                .set(f64::from(config.failure_rate_threshold) / 100.0);
+            s.slow_threshold
+                .set(f64::from(config.slow_call_rate_threshold) / 100.0);
+        }
     }
 
     /// The breaker's name.
@@ -392,12 +454,14 @@ impl EventSink {
     /// Counts a rejected call (`kind="not_permitted"`).
     #[inline]
     pub fn rejected(&self) {
-        self.series().not_permitted.increment(1);
+        if let Some(s) = self.series() {
+            s.not_permitted.increment(1);
+        }
     }
 
     /// Counts a probe's result: `Some(true)` success, `Some(false)` failure, `None` released.
     pub fn probe(&self, result: Option<bool>) {
-        let s = self.series();
+        let Some(s) = self.series() else { return };
         match result {
             Some(true) => s.probe_success.increment(1),
             Some(false) => s.probe_failure.increment(1),
@@ -407,7 +471,7 @@ impl EventSink {
 
     /// Publishes the window's rates.
     pub fn rates(&self, window: WindowTotals) {
-        let s = self.series();
+        let Some(s) = self.series() else { return };
         s.failure_ratio.set(window.failure_rate() / 100.0);
         s.slow_ratio.set(window.slow_rate() / 100.0);
     }
@@ -447,7 +511,9 @@ impl EventSink {
         } else {
             transition_event!(tracing::Level::INFO);
         }
-        self.series().transition(&t);
+        if let Some(s) = self.series() {
+            s.transition(&t);
+        }
         self.rates(t.window);
         self.publish(BreakerEvent {
             breaker: Arc::clone(name),

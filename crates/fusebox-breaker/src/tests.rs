@@ -519,7 +519,10 @@ async fn metrics_are_reported() {
             })
     };
     assert_eq!(
-        find("fusebox_breaker_calls_total", Some(("kind", "not_permitted"))),
+        find(
+            "fusebox_breaker_calls_total",
+            Some(("kind", "not_permitted"))
+        ),
         Some(2.0)
     );
     assert_eq!(

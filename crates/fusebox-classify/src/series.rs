@@ -95,10 +95,20 @@ pub struct Series {
 
 impl Series {
     fn touch(&self) {
-        for c in self.counters.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        for c in self
+            .counters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
             c.increment(0);
         }
-        for g in self.gauges.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        for g in self
+            .gauges
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
             g.increment(0.0);
         }
     }
@@ -111,6 +121,15 @@ impl Series {
             .unwrap_or_else(PoisonError::into_inner)
             .push(counter.clone());
     }
+}
+
+/// Whether a recorder is installed (for this scope: a local recorder, else the global
+/// one). With none, the `metrics` facade hands out no-op handles; an owner with many of
+/// them (a keyed breaker's key) can skip making them. The facade's default recorder is a
+/// zero-sized no-op, and a recorder that records anything holds some state, so the size of
+/// the recorder in use tells them apart.
+pub fn recording() -> bool {
+    metrics::with_recorder(|recorder| std::mem::size_of_val(recorder) != 0)
 }
 
 /// Every live group, weakly: a dropped owner's group is no longer touched.
@@ -241,7 +260,11 @@ mod tests {
             drop(series);
             keep_alive();
             assert!(weak.upgrade().is_none());
-            assert!(live().iter().all(|w| !std::ptr::eq(w.as_ptr(), weak.as_ptr())));
+            assert!(
+                live()
+                    .iter()
+                    .all(|w| !std::ptr::eq(w.as_ptr(), weak.as_ptr()))
+            );
         });
         let snap = snapshotter.snapshot().into_vec();
         let (key, _, _, value) = &snap[0];

@@ -16,6 +16,7 @@ use crate::backend::Backend;
 use crate::batch::{Added, BATCH_HIGH, Batch};
 use crate::config::{Fallback, Mode};
 use crate::script::{self, ConfigArgs, Keys, Op, Reply};
+use crate::telemetry::Metrics;
 use fusebox_breaker::events::EventKind;
 use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, OpenJitter, Permit, PermitKind, Rejected};
 use fusebox_breaker::store::StoreSpec;
@@ -23,7 +24,6 @@ use fusebox_breaker::{
     Command, MemoryStore, Reason, Snapshot, State, Store, Transition, WindowTotals,
 };
 use fusebox_classify::Nanos;
-use crate::telemetry::Metrics;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};

@@ -22,18 +22,18 @@ use tower_service::Service;
 /// line twice per call ([`fusebox_classify::shard`]). One set of leases covers the whole
 /// table, and a layer makes it once: the services it builds share it.
 #[derive(Clone)]
-pub(crate) struct RouteNames(Arc<Leases<[Arc<RouteSeries>]>>);
+pub(crate) struct RouteNames(Arc<Leases<[RouteSeries]>>);
 
 impl RouteNames {
     /// The names of `routes`, with their metric handles labelled `dependency`.
     pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>, dependency: &str) -> Self {
-        let mut names: Vec<Arc<RouteSeries>> = routes
+        let mut names: Vec<RouteSeries> = routes
             .iter()
-            .map(|(id, _, _)| Arc::new(RouteSeries::new(dependency, routes.shared_name(id))))
+            .map(|(id, _, _)| RouteSeries::new(dependency, routes.shared_name(id)))
             .collect();
         if names.is_empty() {
             // A table always has its default route; an empty name all the same.
-            names.push(Arc::new(RouteSeries::new(dependency, Arc::from(""))));
+            names.push(RouteSeries::new(dependency, Arc::from("")));
         }
         RouteNames(Arc::new(Leases::new(Arc::from(names))))
     }
@@ -57,7 +57,7 @@ impl RouteNames {
 impl std::fmt::Debug for RouteNames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.0.shared().iter().map(|r| &***r))
+            .entries(self.0.shared().iter().map(|r| &**r.name()))
             .finish()
     }
 }
@@ -65,7 +65,7 @@ impl std::fmt::Debug for RouteNames {
 /// One call's route name: this thread's lease on the table's names, and the route's place
 /// among them.
 pub(crate) struct RouteName {
-    names: Arc<Lease<[Arc<RouteSeries>]>>,
+    names: Arc<Lease<[RouteSeries]>>,
     index: usize,
 }
 
@@ -77,9 +77,13 @@ impl RouteName {
         &self.names[self.index]
     }
 
-    /// The name with the route's metric handles, to keep past the call (a body's timer).
-    pub(crate) fn series(&self) -> Arc<RouteSeries> {
-        Arc::clone(&self.names[self.index])
+    /// The same route, to keep past the call (a body's timer): another count on this
+    /// thread's lease.
+    pub(crate) fn series(&self) -> RouteName {
+        RouteName {
+            names: Arc::clone(&self.names),
+            index: self.index,
+        }
     }
 }
 

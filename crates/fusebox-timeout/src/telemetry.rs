@@ -78,11 +78,16 @@ impl Phase {
 }
 
 /// One route of one timeout layer: its name (what a call's future and its [`Elapsed`]
-/// error carry; the struct derefs to it) and its counters.
+/// error carry; the struct derefs to it) and, while a recorder is installed, its counters.
+/// Without one, a route costs no allocation of its own.
 ///
 /// [`Elapsed`]: crate::error::Elapsed
 pub(crate) struct RouteSeries {
     name: Arc<str>,
+    counters: Option<Box<RouteCounters>>,
+}
+
+struct RouteCounters {
     elapsed_headers: Counter,
     elapsed_body: Counter,
     deadline_exceeded: Counter,
@@ -90,17 +95,23 @@ pub(crate) struct RouteSeries {
 }
 
 impl RouteSeries {
-    /// The counters of route `route` of the timeout named `dependency`.
+    /// Route `route` of the timeout named `dependency`.
     pub(crate) fn new(dependency: &str, route: Arc<str>) -> Self {
-        describe();
-        let b = SeriesBuilder::new(dependency).label("route", route.to_string());
-        let elapsed = |phase: Phase| b.counter(ELAPSED_TOTAL, &[("phase", label(phase.label()))]);
+        let counters = series::recording().then(|| {
+            describe();
+            let b = SeriesBuilder::new(dependency).label("route", route.to_string());
+            let elapsed =
+                |phase: Phase| b.counter(ELAPSED_TOTAL, &[("phase", label(phase.label()))]);
+            Box::new(RouteCounters {
+                elapsed_headers: elapsed(Phase::Headers),
+                elapsed_body: elapsed(Phase::Body),
+                deadline_exceeded: b.counter(DEADLINE_EXCEEDED_TOTAL, &[]),
+                _series: b.finish(),
+            })
+        });
         RouteSeries {
-            elapsed_headers: elapsed(Phase::Headers),
-            elapsed_body: elapsed(Phase::Body),
-            deadline_exceeded: b.counter(DEADLINE_EXCEEDED_TOTAL, &[]),
-            _series: b.finish(),
             name: route,
+            counters,
         }
     }
 
@@ -126,9 +137,11 @@ impl std::fmt::Debug for RouteSeries {
 
 /// A timeout fired.
 pub(crate) fn elapsed(route: &RouteSeries, limit: Duration, phase: Phase) {
-    match phase {
-        Phase::Headers => route.elapsed_headers.increment(1),
-        Phase::Body => route.elapsed_body.increment(1),
+    if let Some(c) = &route.counters {
+        match phase {
+            Phase::Headers => c.elapsed_headers.increment(1),
+            Phase::Body => c.elapsed_body.increment(1),
+        }
     }
     tracing::debug!(
         route = &**route.name(),
@@ -144,7 +157,9 @@ pub(crate) fn deadline_exceeded(route: &RouteSeries) {
         route = &**route.name(),
         "deadline passed before the call was sent"
     );
-    route.deadline_exceeded.increment(1);
+    if let Some(c) = &route.counters {
+        c.deadline_exceeded.increment(1);
+    }
 }
 
 /// An incoming deadline header was malformed and ignored.

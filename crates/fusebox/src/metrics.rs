@@ -166,8 +166,7 @@ pub const BREAKER_FAILURE_RATIO: &str = fusebox_breaker::events::FAILURE_RATIO;
 /// Gauge: the breaker window's slow-call rate, 0–1.
 pub const BREAKER_SLOW_CALL_RATIO: &str = fusebox_breaker::events::SLOW_CALL_RATIO;
 /// Gauge: the failure-rate threshold, 0–1.
-pub const BREAKER_FAILURE_RATIO_THRESHOLD: &str =
-    fusebox_breaker::events::FAILURE_RATIO_THRESHOLD;
+pub const BREAKER_FAILURE_RATIO_THRESHOLD: &str = fusebox_breaker::events::FAILURE_RATIO_THRESHOLD;
 /// Gauge: the slow-call-rate threshold, 0–1.
 pub const BREAKER_SLOW_CALL_RATIO_THRESHOLD: &str =
     fusebox_breaker::events::SLOW_CALL_RATIO_THRESHOLD;

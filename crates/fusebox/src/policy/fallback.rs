@@ -14,8 +14,8 @@ use bytes::Bytes;
 use fusebox_classify::ErrorKind;
 #[cfg(doc)]
 use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
-use http::{Method, Response};
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder};
+use http::{Method, Response};
 use metrics::Counter;
 use std::error::Error;
 use std::fmt;
@@ -234,7 +234,10 @@ impl Armed {
         crate::metrics::describe_policy();
         let b = SeriesBuilder::new(policy);
         let counter = |reason: FallbackReason| {
-            b.counter(FALLBACKS_TOTAL, &[("reason", series::label(reason.as_str()))])
+            b.counter(
+                FALLBACKS_TOTAL,
+                &[("reason", series::label(reason.as_str()))],
+            )
         };
         Armed {
             fallback,

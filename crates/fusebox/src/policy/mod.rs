@@ -578,8 +578,8 @@ impl<C: Classifier> PolicyBuilder<C> {
                 TimeoutLayer::builder(
                     timeout.unwrap_or_else(|| TimeoutConfig::default().with_name(Arc::clone(name))),
                 )
-                    .routes(routes.clone())
-                    .build()
+                .routes(routes.clone())
+                .build()
             })
             .transpose()
             .map_err(|e| e.prefixed("timeout"))?;
