@@ -74,7 +74,7 @@ struct Cells(Mutex<Vec<(Key, Arc<Cell>)>>);
 
 impl Cells {
     fn cell(&self, key: &Key) -> Arc<Cell> {
-        let mut cells = self.0.lock().unwrap();
+        let mut cells = self.0.lock().expect("not poisoned");
         if let Some((_, cell)) = cells.iter().find(|(k, _)| k == key) {
             return Arc::clone(cell);
         }
@@ -85,7 +85,7 @@ impl Cells {
 
     /// The value of the series named `name` whose labels include every one of `labels`.
     fn value(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
-        let cells = self.0.lock().unwrap();
+        let cells = self.0.lock().expect("not poisoned");
         cells
             .iter()
             .filter(|(k, _)| {

@@ -40,7 +40,7 @@ fn parse(text: &str) -> Vec<Line> {
         .map(|l| {
             let (name, rest) = l
                 .split_once('{')
-                .unwrap_or((l.split(' ').next().unwrap(), ""));
+                .unwrap_or((l.split(' ').next().expect("a name"), ""));
             let mut family = name.to_owned();
             for suffix in ["_bucket", "_sum", "_count"] {
                 if let Some(base) = name.strip_suffix(suffix)
