@@ -7,8 +7,10 @@
 //! A policy with all four layers calls a local dependency that fails half the time, for
 //! two seconds; then the example scrapes its own `/metrics` endpoint and prints fusebox's
 //! series: breaker state and transitions, limit and in-flight gauges, timeouts, retry
-//! attempts and budget refusals, fallbacks. The names are documented in
-//! `fusebox::metrics`. It stops by itself, or serves until Ctrl-C with `--serve`.
+//! attempts and budget refusals, fallbacks, and the call-duration histogram (with buckets
+//! set for it). The names are documented in `fusebox::metrics`; `dashboards/fusebox.json`
+//! is a Grafana dashboard of them. It stops by itself, or serves until Ctrl-C with
+//! `--serve`.
 
 // The example's output is its point.
 #![allow(clippy::print_stdout)]
@@ -22,7 +24,7 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -42,7 +44,13 @@ async fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let serve_only = std::env::args().any(|a| a == "--serve");
-    let handle = match PrometheusBuilder::new().install_recorder() {
+    // Buckets (in seconds) for the call-duration histogram: without them this exporter
+    // renders a summary, which Grafana's histogram_quantile cannot read.
+    let builder = PrometheusBuilder::new().set_buckets_for_metric(
+        Matcher::Full(fusebox::metrics::BREAKER_CALL_DURATION_SECONDS.to_owned()),
+        &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
+    );
+    let handle = match builder.and_then(|b| b.install_recorder()) {
         Ok(handle) => handle,
         Err(e) => {
             println!("cannot install the recorder: {e}");
@@ -92,6 +100,8 @@ async fn run() -> ExitCode {
     }
     let expected = [
         "fusebox_breaker_state",
+        "fusebox_breaker_calls_total",
+        "fusebox_breaker_call_duration_seconds_bucket",
         "fusebox_limit_in_flight",
         "fusebox_timeout_elapsed_total",
         "fusebox_retry_attempts_total",
@@ -106,12 +116,13 @@ async fn run() -> ExitCode {
 }
 
 fn build_policy() -> Result<Policy, fusebox::ConfigError> {
-    let routes = RouteTable::builder(Route::default())
-        .route(
-            "GET /slow",
-            Route::default().timeout(Duration::from_millis(50)),
-        )
-        .build()?;
+    let routes =
+        RouteTable::builder(Route::default().slow_call_duration(Duration::from_millis(200)))
+            .route(
+                "GET /slow",
+                Route::default().timeout(Duration::from_millis(50)),
+            )
+            .build()?;
     Policy::builder("payments")
         .routes(routes)
         .timeout(Duration::from_millis(500))

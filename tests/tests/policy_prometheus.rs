@@ -117,11 +117,11 @@ async fn every_layer_is_scraped_under_its_documented_name() {
     for name in [
         names::BREAKER_STATE,
         names::BREAKER_TRANSITIONS_TOTAL,
-        names::BREAKER_REJECTED_TOTAL,
-        names::BREAKER_FAILURE_RATE,
+        names::BREAKER_CALLS_TOTAL,
+        names::BREAKER_FAILURE_RATIO,
         names::LIMIT_LIMIT,
         names::LIMIT_IN_FLIGHT,
-        names::LIMIT_REJECTED_TOTAL,
+        names::LIMIT_CALLS_TOTAL,
         names::TIMEOUT_ELAPSED_TOTAL,
         names::RETRY_ATTEMPTS_TOTAL,
         names::RETRY_RETRIES_TOTAL,
@@ -134,26 +134,29 @@ async fn every_layer_is_scraped_under_its_documented_name() {
     }
     let has = |line: &str| text.lines().any(|l| l == line);
     assert!(
-        has("fusebox_breaker_state{breaker=\"checkout\"} 1"),
+        has("fusebox_breaker_state{dependency=\"checkout\",state=\"open\"} 1"),
         "{text}"
     );
-    assert!(has("fusebox_limit_limit{limiter=\"checkout\"} 8"), "{text}");
+    assert!(
+        has("fusebox_limit_limit{dependency=\"checkout\"} 8"),
+        "{text}"
+    );
     assert!(
         text.lines().any(|l| l.starts_with(
-            "fusebox_breaker_transitions_total{breaker=\"checkout\",from=\"closed\",to=\"open\"}"
+            "fusebox_breaker_transitions_total{dependency=\"checkout\",from=\"closed\",to=\"open\"}"
         )),
         "{text}"
     );
     assert!(
         text.lines().any(|l| l.starts_with(
-            "fusebox_policy_fallbacks_total{policy=\"checkout\",reason=\"circuit_open\"}"
+            "fusebox_policy_fallbacks_total{dependency=\"checkout\",reason=\"circuit_open\"}"
         )),
         "{text}"
     );
     assert!(
         text.lines()
             // The timed-out GET was retried once: two timeouts.
-            .any(|l| l == "fusebox_timeout_elapsed_total{route=\"GET /slow\",phase=\"headers\"} 2"),
+            .any(|l| l == "fusebox_timeout_elapsed_total{dependency=\"checkout\",route=\"GET /slow\",phase=\"headers\"} 2"),
         "{text}"
     );
 }

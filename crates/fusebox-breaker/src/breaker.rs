@@ -2,7 +2,7 @@
 //! clock, and the per-call bookkeeping (`Guard`) that turns a finished call into exactly one
 //! record or release.
 
-use crate::events::EventSink;
+use crate::events::{CallKind, EventSink};
 use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::Store;
@@ -62,6 +62,8 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             .iter()
             .map(|(_, _, route)| route.slow_call_threshold())
             .collect();
+        // The call-duration histograms, per route: one set per layer, shared by its keys.
+        events.durations(&table);
         Breaker {
             table,
             store,
@@ -145,22 +147,54 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
-    /// Whether a call that turns slow at `slow_at` was slow, as of now; reads the clock
-    /// only if needed.
+    /// Whether a call on `route` that turns slow at `slow_at` was slow, as of now; reads
+    /// the clock only if needed. A call whose route measures slowness has its duration
+    /// recorded (its start is `slow_at` less the route's threshold).
     #[inline]
-    fn measure(&self, slow_at: Option<Option<Instant>>) -> (bool, Option<Instant>) {
+    fn measure(&self, route: RouteId, slow_at: Option<Option<Instant>>) -> (bool, Option<Instant>) {
         if slow_at.is_none() && !self.needs_end_time {
             return (false, None);
         }
         let now = Instant::now();
         let slow = slow_at.flatten().is_some_and(|at| now >= at);
+        if let Some(at) = slow_at.flatten() {
+            self.observe(route, at, now);
+        }
         (slow, Some(now))
+    }
+
+    /// Records the duration of a call on `route` that turned slow at `slow_at` and ended at
+    /// `end`.
+    #[inline]
+    fn observe(&self, route: RouteId, slow_at: Instant, end: Instant) {
+        let i = if route.index() < self.slow_after.len() {
+            route.index()
+        } else {
+            0
+        };
+        if let Some(Some(threshold)) = self.slow_after.get(i) {
+            let start = slow_at.checked_sub(*threshold).unwrap_or(slow_at);
+            self.events
+                .duration(i, end.saturating_duration_since(start));
+        }
+    }
+
+    /// Counts a call whose outcome is ignored or that was cancelled.
+    #[inline]
+    fn count_ignored(&self) {
+        self.events.call(CallKind::Ignored);
     }
 
     /// Records one call's outcome under `permit`.
     #[inline]
     fn record(&self, permit: Permit, outcome: Outcome, slow: bool, end: Option<Instant>) {
         let store = &self.store;
+        self.events.call(match outcome {
+            Outcome::Failure => CallKind::Failed,
+            Outcome::Ignored => CallKind::Ignored,
+            _ if slow => CallKind::Slow,
+            _ => CallKind::Successful,
+        });
         // A fast success that the store can take without the time it ended (a clean count
         // window) skips turning the end into `Nanos`.
         if outcome == Outcome::Success
@@ -363,7 +397,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     #[inline]
     fn finish_outcome(&mut self, outcome: Outcome) {
-        let (slow, now) = self.breaker.measure(self.slow_at);
+        let (slow, now) = self.breaker.measure(self.route(), self.slow_at);
         self.finish_measured(outcome, slow, now);
     }
 
@@ -375,7 +409,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     /// Hands the guard to the response body, measuring slowness now (time to headers).
     pub fn at_end_of_stream(self) -> EosRecorder<C, St, M> {
-        let (slow, _) = self.breaker.measure(self.slow_at);
+        let (slow, _) = self.breaker.measure(self.route(), self.slow_at);
         EosRecorder { guard: self, slow }
     }
 
@@ -408,6 +442,7 @@ impl<C: Classifier, St: Store, M: Facts> Drop for Guard<C, St, M> {
     fn drop(&mut self) {
         if !self.done {
             // Cancelled: the outcome is ignored and a probe's permit goes back.
+            self.breaker.count_ignored();
             self.breaker.store.release(self.permit);
         }
     }

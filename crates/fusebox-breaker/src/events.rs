@@ -9,25 +9,264 @@
 //!
 //! # Metrics
 //!
+//! Every series carries `dependency` (the breaker's name); a keyed breaker's also carry
+//! `key` (the key's name, as in its events), so that each key is its own series and
+//! `max_keys` bounds their number. The names are constants here and the families, with
+//! their HELP text, are [`FAMILIES`].
+//!
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `fusebox_breaker_state` | gauge | `breaker` | 0 closed, 1 open, 2 half-open, 3 forced open, 4 disabled, 5 metrics-only (unkeyed breakers) |
-//! | `fusebox_breaker_transitions_total` | counter | `breaker`, `from`, `to` | transitions |
-//! | `fusebox_breaker_rejected_total` | counter | `breaker` | calls rejected without being sent |
-//! | `fusebox_breaker_probes_total` | counter | `breaker`, `result` (`success`, `failure`, `released`) | half-open probes by result |
-//! | `fusebox_breaker_failure_rate` | gauge | `breaker` | the window's failure rate, percent, as of the last counted failure or transition |
-//! | `fusebox_breaker_slow_call_rate` | gauge | `breaker` | the window's slow-call rate, percent, likewise |
-//! | `fusebox_breaker_state_milliseconds_total` | counter | `breaker`, `state` | time spent in each state, added at each transition |
+//! | `fusebox_breaker_calls_total` | counter | `dependency`, `key`¹, `kind` | calls by outcome: `successful` (fast success), `failed` (a counted failure, slow or not), `slow` (slow success), `ignored` (outcome ignored, or the caller cancelled), `not_permitted` (rejected without being sent) |
+//! | `fusebox_breaker_state` | gauge | `dependency`, `key`¹, `state` | 1 for the state the breaker is in, 0 for the five others (`closed`, `open`, `half_open`, `forced_open`, `disabled`, `metrics_only`) |
+//! | `fusebox_breaker_transitions_total` | counter | `dependency`, `key`¹, `from`, `to` | transitions |
+//! | `fusebox_breaker_probes_total` | counter | `dependency`, `key`¹, `result` (`success`, `failure`, `released`) | half-open probes by result |
+//! | `fusebox_breaker_failure_ratio` | gauge | `dependency`, `key`¹ | the window's failure rate, 0–1, as of the last counted failure or slow call, or transition |
+//! | `fusebox_breaker_slow_call_ratio` | gauge | `dependency`, `key`¹ | the window's slow-call rate, 0–1, likewise |
+//! | `fusebox_breaker_failure_ratio_threshold` | gauge | `dependency`, `key`¹ | the failure-rate threshold, 0–1 |
+//! | `fusebox_breaker_slow_call_ratio_threshold` | gauge | `dependency`, `key`¹ | the slow-call-rate threshold, 0–1 |
+//! | `fusebox_breaker_state_seconds` | gauge | `dependency`, `key`¹, `state` | seconds spent in each state, added when the breaker leaves it (only grows: use `increase()`) |
+//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | how long calls took (to the response head, for a streamed call), on routes with a slow-call threshold |
 //!
-//! Metric handles are registered when the breaker is built: install the `metrics`
-//! recorder before building layers.
+//! ¹ keyed breakers only.
+//!
+//! The state is one series per state with the value 0 or 1 (what dashboards and alerts
+//! select on: `fusebox_breaker_state{state="open"} == 1`) rather than one gauge holding a
+//! code: a code cannot be summed or counted across breakers, and one family cannot be both.
+//!
+//! The call duration is measured only where the breaker reads the clock anyway: at
+//! admission and at the end of calls on a route with a slow-call threshold. A route without
+//! one costs no clock read and records no duration. It is not labelled by key: its series
+//! are bounded by the route table, not by the keys.
+//!
+//! Metric handles are registered when the breaker (or a key's breaker) is made: install
+//! the `metrics` recorder before building layers. When a keyed breaker forgets a key, the
+//! key's `state` series are set to 0 and its series are no longer kept alive by
+//! [`keep_alive`](fusebox_classify::series::keep_alive): an exporter with an idle timeout
+//! drops them (see [`fusebox_classify::series`]).
 
+use crate::config::CircuitBreakerConfig;
 use crate::state::{Reason, State, Transition};
 use crate::window::WindowTotals;
-use metrics::{Counter, Gauge};
+use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
+use metrics::{Counter, Gauge, Histogram, Label};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 use tokio::sync::broadcast;
+
+/// Counter: calls by outcome (`kind`).
+pub const CALLS_TOTAL: &str = "fusebox_breaker_calls_total";
+/// Gauge: 1 for the state the breaker is in (`state`), 0 for the others.
+pub const STATE: &str = "fusebox_breaker_state";
+/// Counter: transitions (`from`, `to`).
+pub const TRANSITIONS_TOTAL: &str = "fusebox_breaker_transitions_total";
+/// Counter: half-open probes by `result`.
+pub const PROBES_TOTAL: &str = "fusebox_breaker_probes_total";
+/// Gauge: the window's failure rate, 0–1.
+pub const FAILURE_RATIO: &str = "fusebox_breaker_failure_ratio";
+/// Gauge: the window's slow-call rate, 0–1.
+pub const SLOW_CALL_RATIO: &str = "fusebox_breaker_slow_call_ratio";
+/// Gauge: the failure-rate threshold, 0–1.
+pub const FAILURE_RATIO_THRESHOLD: &str = "fusebox_breaker_failure_ratio_threshold";
+/// Gauge: the slow-call-rate threshold, 0–1.
+pub const SLOW_CALL_RATIO_THRESHOLD: &str = "fusebox_breaker_slow_call_ratio_threshold";
+/// Gauge: seconds spent in each `state`, up to the last transition out of it.
+pub const STATE_SECONDS: &str = "fusebox_breaker_state_seconds";
+/// Histogram: call duration in seconds, per `route`.
+pub const CALL_DURATION_SECONDS: &str = "fusebox_breaker_call_duration_seconds";
+
+/// Every family the breaker records, with its labels and HELP text (`key` only on keyed
+/// breakers).
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: CALLS_TOTAL,
+        kind: Kind::Counter,
+        labels: &["dependency", "key", "kind"],
+        help: "Calls through the circuit breaker by outcome: successful, failed, slow (slow successes), ignored (or cancelled), not_permitted (rejected).",
+    },
+    Family {
+        name: STATE,
+        kind: Kind::Gauge,
+        labels: &["dependency", "key", "state"],
+        help: "1 for the circuit breaker's current state, 0 for the others.",
+    },
+    Family {
+        name: TRANSITIONS_TOTAL,
+        kind: Kind::Counter,
+        labels: &["dependency", "key", "from", "to"],
+        help: "Circuit breaker state transitions.",
+    },
+    Family {
+        name: PROBES_TOTAL,
+        kind: Kind::Counter,
+        labels: &["dependency", "key", "result"],
+        help: "Half-open probes by result: success, failure, released (cancelled or ignored).",
+    },
+    Family {
+        name: FAILURE_RATIO,
+        kind: Kind::Gauge,
+        labels: &["dependency", "key"],
+        help: "The circuit breaker window's failure rate (0-1), as of its last failure, slow call or transition.",
+    },
+    Family {
+        name: SLOW_CALL_RATIO,
+        kind: Kind::Gauge,
+        labels: &["dependency", "key"],
+        help: "The circuit breaker window's slow-call rate (0-1), as of its last failure, slow call or transition.",
+    },
+    Family {
+        name: FAILURE_RATIO_THRESHOLD,
+        kind: Kind::Gauge,
+        labels: &["dependency", "key"],
+        help: "The failure rate (0-1) at which the circuit breaker opens.",
+    },
+    Family {
+        name: SLOW_CALL_RATIO_THRESHOLD,
+        kind: Kind::Gauge,
+        labels: &["dependency", "key"],
+        help: "The slow-call rate (0-1) at which the circuit breaker opens.",
+    },
+    Family {
+        name: STATE_SECONDS,
+        kind: Kind::Gauge,
+        labels: &["dependency", "key", "state"],
+        help: "Seconds the circuit breaker spent in each state, added when it leaves the state.",
+    },
+    Family {
+        name: CALL_DURATION_SECONDS,
+        kind: Kind::Histogram,
+        labels: &["dependency", "route"],
+        help: "Duration of calls through the circuit breaker (to the response head), on routes with a slow-call threshold.",
+    },
+];
+
+/// Describes the breaker's families to the installed recorder, once per process; every
+/// breaker does it when it registers its handles.
+pub fn describe() {
+    static ONCE: Once = Once::new();
+    series::describe_once(&ONCE, FAMILIES);
+}
+
+const STATES: [State; 6] = [
+    State::Closed,
+    State::Open,
+    State::HalfOpen,
+    State::ForcedOpen,
+    State::Disabled,
+    State::MetricsOnly,
+];
+
+/// A call's outcome, as `fusebox_breaker_calls_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CallKind {
+    Successful,
+    Failed,
+    Slow,
+    Ignored,
+}
+
+/// The call counters a breaker bumps as it records each call's verdict.
+struct Calls {
+    successful: Counter,
+    failed: Counter,
+    slow: Counter,
+    ignored: Counter,
+}
+
+/// The handles of one breaker (or one key of a keyed breaker).
+struct BreakerSeries {
+    base: Vec<Label>,
+    group: Arc<Series>,
+    calls: Calls,
+    not_permitted: Counter,
+    state: [Gauge; 6],
+    state_seconds: [Gauge; 6],
+    probe_success: Counter,
+    probe_failure: Counter,
+    probe_released: Counter,
+    failure_ratio: Gauge,
+    slow_ratio: Gauge,
+    failure_threshold: Gauge,
+    slow_threshold: Gauge,
+    /// Registered on each pair's first transition (most pairs never happen).
+    transitions: Mutex<Vec<(State, State, Counter)>>,
+}
+
+impl BreakerSeries {
+    fn new(name: &str, key: Option<&str>) -> Self {
+        describe();
+        let b = SeriesBuilder::new(name).label_opt("key", key);
+        let calls = |kind: &'static str| b.counter(CALLS_TOTAL, &[("kind", label(kind))]);
+        let probes = |result: &'static str| b.counter(PROBES_TOTAL, &[("result", label(result))]);
+        let per_state =
+            |name: &'static str| STATES.map(|s| b.gauge(name, &[("state", label(s.as_str()))]));
+        let series = BreakerSeries {
+            base: b.base_labels().to_vec(),
+            calls: Calls {
+                successful: calls("successful"),
+                failed: calls("failed"),
+                slow: calls("slow"),
+                ignored: calls("ignored"),
+            },
+            not_permitted: calls("not_permitted"),
+            state: per_state(STATE),
+            state_seconds: per_state(STATE_SECONDS),
+            probe_success: probes("success"),
+            probe_failure: probes("failure"),
+            probe_released: probes("released"),
+            failure_ratio: b.gauge(FAILURE_RATIO, &[]),
+            slow_ratio: b.gauge(SLOW_CALL_RATIO, &[]),
+            failure_threshold: b.gauge(FAILURE_RATIO_THRESHOLD, &[]),
+            slow_threshold: b.gauge(SLOW_CALL_RATIO_THRESHOLD, &[]),
+            transitions: Mutex::new(Vec::new()),
+            group: b.finish(),
+        };
+        series.set_state(State::Closed);
+        series
+    }
+
+    fn set_state(&self, state: State) {
+        for (s, gauge) in STATES.iter().zip(&self.state) {
+            gauge.set(if *s == state { 1.0 } else { 0.0 });
+        }
+    }
+
+    fn transition(&self, t: &Transition) {
+        let mut transitions = self
+            .transitions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let counter = match transitions
+            .iter()
+            .find(|(from, to, _)| *from == t.from && *to == t.to)
+        {
+            Some((_, _, counter)) => counter.clone(),
+            None => {
+                let mut labels = self.base.clone();
+                labels.push(Label::new("from", t.from.as_str()));
+                labels.push(Label::new("to", t.to.as_str()));
+                let counter = metrics::counter!(TRANSITIONS_TOTAL, labels);
+                self.group.keep_counter(&counter);
+                transitions.push((t.from, t.to, counter.clone()));
+                counter
+            }
+        };
+        drop(transitions);
+        counter.increment(1);
+        let index = STATES.iter().position(|s| *s == t.from).unwrap_or(0);
+        self.state_seconds[index].increment(t.time_in_previous.as_secs_f64());
+        self.set_state(t.to);
+    }
+}
+
+impl Drop for BreakerSeries {
+    /// The key is forgotten: no state holds (a scrape taken before an idle exporter drops
+    /// the series reads 0 for every state, not the last one).
+    fn drop(&mut self) {
+        for gauge in &self.state {
+            gauge.set(0.0);
+        }
+    }
+}
 
 /// What happened to a breaker.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,22 +311,32 @@ pub enum EventKind {
 pub type Listener = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
 
 /// Where a breaker (or every key of a keyed breaker) sends its events. Cheap to clone.
+///
+/// A keyed breaker's sink makes one sink per key ([`for_key`](EventSink::for_key)): the
+/// same subscribers and listeners, the key's own metric series.
 #[derive(Clone)]
 pub struct EventSink {
     inner: Arc<SinkInner>,
+    series: Slot,
+}
+
+/// A sink's metric series. None at all while no recorder is installed: a keyed breaker's
+/// key then costs no handle (see `tests/tests/keyed_memory.rs`).
+#[derive(Clone)]
+enum Slot {
+    /// An unkeyed breaker's, made on first use: a keyed breaker's own sink records
+    /// nothing (its keys' sinks do), so it never makes them.
+    Lazy(Arc<OnceLock<Option<Box<BreakerSeries>>>>),
+    /// A key's, made with its sink.
+    Key(Option<Arc<BreakerSeries>>),
 }
 
 struct SinkInner {
     name: Arc<str>,
     tx: broadcast::Sender<BreakerEvent>,
     listeners: Vec<Listener>,
-    rejected: Counter,
-    probe_success: Counter,
-    probe_failure: Counter,
-    probe_released: Counter,
-    failure_rate: Gauge,
-    slow_rate: Gauge,
-    state: Gauge,
+    /// The call-duration histograms, by route index: one set for the layer and its keys.
+    durations: OnceLock<Box<[Histogram]>>,
 }
 
 impl fmt::Debug for EventSink {
@@ -100,26 +349,94 @@ impl fmt::Debug for EventSink {
 }
 
 impl EventSink {
-    /// A sink for the breaker `name`, registering its metric handles.
+    /// A sink for the breaker `name`; its metric handles are registered on first use.
     pub fn new(name: Arc<str>, listeners: Vec<Listener>) -> Self {
         let (tx, _) = broadcast::channel(256);
-        let label = name.to_string();
-        let probes = |result: &'static str| metrics::counter!("fusebox_breaker_probes_total", "breaker" => label.clone(), "result" => result);
-        let inner = SinkInner {
-            rejected: metrics::counter!("fusebox_breaker_rejected_total", "breaker" => label.clone()),
-            probe_success: probes("success"),
-            probe_failure: probes("failure"),
-            probe_released: probes("released"),
-            failure_rate: metrics::gauge!("fusebox_breaker_failure_rate", "breaker" => label.clone()),
-            slow_rate: metrics::gauge!("fusebox_breaker_slow_call_rate", "breaker" => label.clone()),
-            state: metrics::gauge!("fusebox_breaker_state", "breaker" => label),
-            name,
-            tx,
-            listeners,
-        };
-        inner.state.set(f64::from(State::Closed.code()));
         EventSink {
-            inner: Arc::new(inner),
+            inner: Arc::new(SinkInner {
+                name,
+                tx,
+                listeners,
+                durations: OnceLock::new(),
+            }),
+            series: Slot::Lazy(Arc::new(OnceLock::new())),
+        }
+    }
+
+    /// The sink of one key of a keyed breaker: this sink's subscribers and listeners, and
+    /// metric series of its own, labelled `key`, registered now. They go when the last
+    /// clone of the returned sink does (the key's breaker is forgotten).
+    pub fn for_key(&self, key: Arc<str>) -> Self {
+        let series =
+            series::recording().then(|| Arc::new(BreakerSeries::new(&self.inner.name, Some(&key))));
+        EventSink {
+            inner: Arc::clone(&self.inner),
+            series: Slot::Key(series),
+        }
+    }
+
+    #[inline]
+    fn series(&self) -> Option<&BreakerSeries> {
+        match &self.series {
+            Slot::Lazy(cell) => cell
+                .get_or_init(|| {
+                    series::recording()
+                        .then(|| Box::new(BreakerSeries::new(&self.inner.name, None)))
+                })
+                .as_deref(),
+            Slot::Key(series) => series.as_deref(),
+        }
+    }
+
+    /// Counts a call by its outcome.
+    #[inline]
+    pub(crate) fn call(&self, kind: CallKind) {
+        if let Some(s) = self.series() {
+            let calls = &s.calls;
+            match kind {
+                CallKind::Successful => calls.successful.increment(1),
+                CallKind::Failed => calls.failed.increment(1),
+                CallKind::Slow => calls.slow.increment(1),
+                CallKind::Ignored => calls.ignored.increment(1),
+            }
+        }
+    }
+
+    /// Registers the call-duration histograms of `table`'s routes, once per layer.
+    pub(crate) fn durations<C: fusebox_classify::Classifier>(
+        &self,
+        table: &fusebox_classify::RouteTable<C>,
+    ) {
+        self.inner.durations.get_or_init(|| {
+            if !series::recording() {
+                return Box::default();
+            }
+            let b = SeriesBuilder::new(&self.inner.name);
+            table
+                .iter()
+                .map(|(_, route, _)| {
+                    b.histogram(CALL_DURATION_SECONDS, &[("route", route.to_owned().into())])
+                })
+                .collect()
+        });
+    }
+
+    /// Records the duration of a call on the route of index `route`.
+    #[inline]
+    pub(crate) fn duration(&self, route: usize, duration: std::time::Duration) {
+        if let Some(h) = self.inner.durations.get().and_then(|d| d.get(route)) {
+            h.record(duration.as_secs_f64());
+        }
+    }
+
+    /// Publishes `config`'s thresholds (what the window's rates are compared with). Stores
+    /// call it when they are made.
+    pub fn thresholds(&self, config: &CircuitBreakerConfig) {
+        if let Some(s) = self.series() {
+            s.failure_threshold
+                .set(f64::from(config.failure_rate_threshold) / 100.0);
+            s.slow_threshold
+                .set(f64::from(config.slow_call_rate_threshold) / 100.0);
         }
     }
 
@@ -134,25 +451,29 @@ impl EventSink {
         self.inner.tx.subscribe()
     }
 
-    /// Counts a rejected call.
+    /// Counts a rejected call (`kind="not_permitted"`).
     #[inline]
     pub fn rejected(&self) {
-        self.inner.rejected.increment(1);
+        if let Some(s) = self.series() {
+            s.not_permitted.increment(1);
+        }
     }
 
     /// Counts a probe's result: `Some(true)` success, `Some(false)` failure, `None` released.
     pub fn probe(&self, result: Option<bool>) {
+        let Some(s) = self.series() else { return };
         match result {
-            Some(true) => self.inner.probe_success.increment(1),
-            Some(false) => self.inner.probe_failure.increment(1),
-            None => self.inner.probe_released.increment(1),
+            Some(true) => s.probe_success.increment(1),
+            Some(false) => s.probe_failure.increment(1),
+            None => s.probe_released.increment(1),
         }
     }
 
     /// Publishes the window's rates.
     pub fn rates(&self, window: WindowTotals) {
-        self.inner.failure_rate.set(window.failure_rate());
-        self.inner.slow_rate.set(window.slow_rate());
+        let Some(s) = self.series() else { return };
+        s.failure_ratio.set(window.failure_rate() / 100.0);
+        s.slow_ratio.set(window.slow_rate() / 100.0);
     }
 
     /// Reports a transition everywhere: tracing, metrics, subscribers, listeners.
@@ -190,22 +511,8 @@ impl EventSink {
         } else {
             transition_event!(tracing::Level::INFO);
         }
-        let label = name.to_string();
-        metrics::counter!(
-            "fusebox_breaker_transitions_total",
-            "breaker" => label.clone(),
-            "from" => t.from.as_str(),
-            "to" => t.to.as_str()
-        )
-        .increment(1);
-        metrics::counter!(
-            "fusebox_breaker_state_milliseconds_total",
-            "breaker" => label,
-            "state" => t.from.as_str()
-        )
-        .increment(t.time_in_previous.as_millis() as u64);
-        if key.is_none() {
-            self.inner.state.set(f64::from(t.to.code()));
+        if let Some(s) = self.series() {
+            s.transition(&t);
         }
         self.rates(t.window);
         self.publish(BreakerEvent {

@@ -400,11 +400,13 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
     }
 
     fn make_breaker(&self, name: Arc<str>) -> Entry<C, M::Store> {
+        // The key's own metric series, which go with its breaker.
+        let events = self.events.for_key(Arc::clone(&name));
         let store = self.make.make_store(StoreSpec {
             config: Arc::clone(&self.config),
             key: Some(Arc::clone(&name)),
             clock: self.clock,
-            events: self.events.clone(),
+            events: events.clone(),
         });
         Arc::new(Breaker::new(
             self.table.clone(),
@@ -412,7 +414,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             self.clock,
             Arc::clone(&self.config.name),
             Some(name),
-            self.events.clone(),
+            events,
             self.config.count_overloaded,
         ))
     }

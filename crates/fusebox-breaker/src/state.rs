@@ -55,7 +55,9 @@ impl State {
         }
     }
 
-    /// The state's number in the `fusebox_breaker_state` gauge.
+    /// The state's number: 0 closed, 1 open, 2 half-open, 3 forced open, 4 disabled, 5
+    /// metrics-only (how a store packs it; the metrics label the state by
+    /// [`as_str`](State::as_str) instead).
     pub fn code(self) -> u8 {
         match self {
             State::Closed => 0,

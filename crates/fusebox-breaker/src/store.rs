@@ -233,6 +233,7 @@ impl MemoryStore {
     pub fn new(spec: StoreSpec) -> Self {
         let timed = matches!(spec.config.window, crate::config::WindowConfig::Time { .. });
         let forced_retry_after = spec.config.open_wait;
+        spec.events.thresholds(&spec.config);
         let machine = Machine::new(spec.config, spec.clock.now());
         MemoryStore {
             forced_retry_after,

@@ -492,16 +492,15 @@ async fn metrics_are_reported() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     let dep = Dep::new(503);
-    metrics::with_local_recorder(&recorder, || {
+    // Kept past the recording: a dropped breaker sets its state series to 0.
+    let _svc = metrics::with_local_recorder(&recorder, || {
         let layer = CircuitBreakerLayer::new(config().build().unwrap());
         let mut svc = layer.layer(dep.clone());
-        let mut run = |n| {
-            for _ in 0..n {
-                let mut call = task::spawn(svc.call(req("/")));
-                let _ = assert_ready!(call.poll());
-            }
-        };
-        run(6);
+        for _ in 0..6 {
+            let mut call = task::spawn(svc.call(req("/")));
+            let _ = assert_ready!(call.poll());
+        }
+        svc
     });
     let snapshot = snapshotter.snapshot().into_hashmap();
     let find = |name: &str, label: Option<(&str, &str)>| {
@@ -519,13 +518,30 @@ async fn metrics_are_reported() {
                 DebugValue::Histogram(h) => h.len() as f64,
             })
     };
-    assert_eq!(find("fusebox_breaker_rejected_total", None), Some(2.0));
+    assert_eq!(
+        find(
+            "fusebox_breaker_calls_total",
+            Some(("kind", "not_permitted"))
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        find("fusebox_breaker_calls_total", Some(("kind", "failed"))),
+        Some(4.0)
+    );
     assert_eq!(
         find("fusebox_breaker_transitions_total", Some(("to", "open"))),
         Some(1.0)
     );
-    assert_eq!(find("fusebox_breaker_state", None), Some(1.0));
-    assert_eq!(find("fusebox_breaker_failure_rate", None), Some(100.0));
+    assert_eq!(
+        find("fusebox_breaker_state", Some(("state", "open"))),
+        Some(1.0)
+    );
+    assert_eq!(
+        find("fusebox_breaker_state", Some(("state", "closed"))),
+        Some(0.0)
+    );
+    assert_eq!(find("fusebox_breaker_failure_ratio", None), Some(1.0));
 }
 
 #[test]
@@ -667,20 +683,27 @@ async fn closing_publishes_the_cleared_window_not_the_outage() {
         WindowTotals::default(),
         "the window it closed with"
     );
-    let gauge = |name: &str| {
-        snapshotter
-            .snapshot()
-            .into_hashmap()
-            .into_iter()
-            .find(|(k, _)| k.key().name() == name)
+    let snapshot = snapshotter.snapshot().into_hashmap();
+    let gauge = |name: &str, state: Option<&str>| {
+        snapshot
+            .iter()
+            .find(|(k, _)| {
+                k.key().name() == name
+                    && state.is_none_or(|s| {
+                        k.key()
+                            .labels()
+                            .any(|l| l.key() == "state" && l.value() == s)
+                    })
+            })
             .map(|(_, (_, _, v))| match v {
                 DebugValue::Gauge(g) => g.into_inner(),
                 other => panic!("{name} is not a gauge: {other:?}"),
             })
     };
-    assert_eq!(gauge("fusebox_breaker_failure_rate"), Some(0.0));
-    assert_eq!(gauge("fusebox_breaker_slow_call_rate"), Some(0.0));
-    assert_eq!(gauge("fusebox_breaker_state"), Some(0.0));
+    assert_eq!(gauge("fusebox_breaker_failure_ratio", None), Some(0.0));
+    assert_eq!(gauge("fusebox_breaker_slow_call_ratio", None), Some(0.0));
+    assert_eq!(gauge("fusebox_breaker_state", Some("closed")), Some(1.0));
+    assert_eq!(gauge("fusebox_breaker_state", Some("open")), Some(0.0));
 }
 
 #[tokio::test(start_paused = true)]

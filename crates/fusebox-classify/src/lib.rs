@@ -69,6 +69,7 @@ pub mod route;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod section;
+pub mod series;
 pub mod shard;
 pub mod stage;
 #[cfg(feature = "tower-http")]

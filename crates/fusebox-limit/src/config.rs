@@ -414,7 +414,7 @@ pub struct ConcurrencyLimitConfigBuilder {
 }
 
 impl ConcurrencyLimitConfigBuilder {
-    /// Names the limit in metrics (the `limiter` label), events and errors. Default
+    /// Names the limit in metrics (the `dependency` label), events and errors. Default
     /// [`DEFAULT_NAME`].
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());

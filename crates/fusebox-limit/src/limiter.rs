@@ -240,6 +240,7 @@ impl<C> Limiter<C> {
         };
         if admitted {
             self.metrics.in_flight.increment(1.0);
+            self.metrics.admitted.increment(1);
         }
         admitted
     }
@@ -356,6 +357,7 @@ impl<C> Limiter<C> {
                     self.waiting.fetch_sub(1, SeqCst);
                     self.metrics.waiting.decrement(1.0);
                     self.metrics.in_flight.increment(1.0);
+                    self.metrics.admitted.increment(1);
                     let slot = &mut slow.queue.slots[index];
                     let previous = std::mem::replace(&mut slot.state, SlotState::Granted);
                     if let SlotState::Waiting {

@@ -3,14 +3,15 @@
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
-//! | [`LIMIT`] `fusebox_limit_limit` | gauge | `limiter` | the limit enforced now |
-//! | [`IN_FLIGHT`] `fusebox_limit_in_flight` | gauge | `limiter` | calls holding a permit |
-//! | [`QUEUED`] `fusebox_limit_queued` | gauge | `limiter` | calls waiting in the queue |
-//! | [`REJECTED`] `fusebox_limit_rejected_total` | counter | `limiter`, `reason` | calls shed: `reason` is `full`, `queue_full` or `queue_timeout` |
+//! | [`LIMIT`] `fusebox_limit_limit` | gauge | `dependency` | the limit enforced now |
+//! | [`IN_FLIGHT`] `fusebox_limit_in_flight` | gauge | `dependency` | calls holding a permit |
+//! | [`QUEUED`] `fusebox_limit_queued` | gauge | `dependency` | calls waiting in the queue |
+//! | [`CALLS`] `fusebox_limit_calls_total` | counter | `dependency`, `kind` | calls by outcome: `admitted` (got a permit, at once or from the queue), `full`, `queue_full`, `queue_timeout` (shed) |
 //!
-//! The names are constants and the metric handles are registered once, when the layer is
-//! built, with the recorder installed at that moment (install yours first): the call path
-//! never builds a string or looks a metric up.
+//! `dependency` is the limit's name (a `Policy` names an unnamed limit after itself). The
+//! families with their HELP text are [`FAMILIES`]. The metric handles are registered once,
+//! when the layer is built, with the recorder installed at that moment (install yours
+//! first): the call path never builds a string or looks a metric up.
 //!
 //! An adaptive limit emits an `INFO` event with target [`TARGET`] when it has moved at
 //! least [`log_step`](crate::ConcurrencyLimitConfigBuilder::log_step) from the last value it
@@ -18,9 +19,10 @@
 //! that moved it was a drop), `latency_us` and `in_flight`.
 
 use crate::limiter::Observe;
+use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
 use metrics::{Counter, Gauge};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 /// Gauge: the limit enforced now.
 pub const LIMIT: &str = "fusebox_limit_limit";
@@ -28,31 +30,71 @@ pub const LIMIT: &str = "fusebox_limit_limit";
 pub const IN_FLIGHT: &str = "fusebox_limit_in_flight";
 /// Gauge: calls waiting in the queue.
 pub const QUEUED: &str = "fusebox_limit_queued";
-/// Counter: calls shed, by `reason` (`full`, `queue_full`, `queue_timeout`).
-pub const REJECTED: &str = "fusebox_limit_rejected_total";
+/// Counter: calls by `kind` (`admitted`, `full`, `queue_full`, `queue_timeout`).
+pub const CALLS: &str = "fusebox_limit_calls_total";
 /// The `tracing` target of the limit's events.
 pub const TARGET: &str = "fusebox::limit";
+
+/// Every family the limit records, with its labels and HELP text.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: LIMIT,
+        kind: Kind::Gauge,
+        labels: &["dependency"],
+        help: "The concurrency limit enforced now.",
+    },
+    Family {
+        name: IN_FLIGHT,
+        kind: Kind::Gauge,
+        labels: &["dependency"],
+        help: "Calls holding a concurrency permit.",
+    },
+    Family {
+        name: QUEUED,
+        kind: Kind::Gauge,
+        labels: &["dependency"],
+        help: "Calls waiting in the concurrency limit's queue.",
+    },
+    Family {
+        name: CALLS,
+        kind: Kind::Counter,
+        labels: &["dependency", "kind"],
+        help: "Calls through the concurrency limit by outcome: admitted, or shed because it was full, its queue was full, or the wait in the queue timed out.",
+    },
+];
+
+/// Describes the limit's families once per process (every limit does it when built).
+pub fn describe() {
+    static ONCE: Once = Once::new();
+    series::describe_once(&ONCE, FAMILIES);
+}
 
 /// The metric handles of one limiter.
 pub(crate) struct Metrics {
     pub(crate) limit: Gauge,
     pub(crate) in_flight: Gauge,
     pub(crate) waiting: Gauge,
+    pub(crate) admitted: Counter,
     pub(crate) rejected_full: Counter,
     pub(crate) rejected_queue_full: Counter,
     pub(crate) rejected_queue_timeout: Counter,
+    _series: Arc<Series>,
 }
 
 impl Metrics {
     pub(crate) fn new(name: &str) -> Self {
-        let rejected = |reason: &'static str| metrics::counter!(REJECTED, "limiter" => name.to_owned(), "reason" => reason);
+        describe();
+        let b = SeriesBuilder::new(name);
+        let calls = |kind: &'static str| b.counter(CALLS, &[("kind", label(kind))]);
         Metrics {
-            limit: metrics::gauge!(LIMIT, "limiter" => name.to_owned()),
-            in_flight: metrics::gauge!(IN_FLIGHT, "limiter" => name.to_owned()),
-            waiting: metrics::gauge!(QUEUED, "limiter" => name.to_owned()),
-            rejected_full: rejected("full"),
-            rejected_queue_full: rejected("queue_full"),
-            rejected_queue_timeout: rejected("queue_timeout"),
+            limit: b.gauge(LIMIT, &[]),
+            in_flight: b.gauge(IN_FLIGHT, &[]),
+            waiting: b.gauge(QUEUED, &[]),
+            admitted: calls("admitted"),
+            rejected_full: calls("full"),
+            rejected_queue_full: calls("queue_full"),
+            rejected_queue_timeout: calls("queue_timeout"),
+            _series: b.finish(),
         }
     }
 }

@@ -210,11 +210,11 @@ fn rejections(snapshotter: &Snapshotter) -> std::collections::HashMap<String, u6
     use metrics_util::debugging::DebugValue;
     let mut out = std::collections::HashMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
-        if key.key().name() == observe::REJECTED {
+        if key.key().name() == observe::CALLS {
             let reason = key
                 .key()
                 .labels()
-                .find(|l| l.key() == "reason")
+                .find(|l| l.key() == "kind")
                 .unwrap()
                 .value()
                 .to_owned();
@@ -248,7 +248,7 @@ async fn gauges_follow_the_limit_and_calls() {
                     .labels()
                     .map(|l| format!("{}={}", l.key(), l.value()))
                     .collect();
-                assert_eq!(labels, ["limiter=test"]);
+                assert_eq!(labels, ["dependency=test"]);
                 Some(g.into_inner())
             }
             _ => None,

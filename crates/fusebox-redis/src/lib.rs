@@ -158,10 +158,13 @@
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `fusebox_redis_fallbacks_total` | counter | `breaker` | switches to the fallback |
-//! | `fusebox_redis_resyncs_total` | counter | `breaker` | returns to the fleet's state |
-//! | `fusebox_redis_connected` | gauge | `breaker` | 1 while Redis answers, 0 while falling back |
-//! | `fusebox_redis_dropped_outcomes_total` | counter | `breaker` | outcomes lost (a batch Redis did not take, or a full batch) |
+//! | `fusebox_redis_fallbacks_total` | counter | `dependency`, `key`¹ | switches to the fallback |
+//! | `fusebox_redis_resyncs_total` | counter | `dependency`, `key`¹ | returns to the fleet's state |
+//! | `fusebox_redis_connected` | gauge | `dependency`, `key`¹ | 1 while Redis answers, 0 while falling back |
+//! | `fusebox_redis_dropped_outcomes_total` | counter | `dependency`, `key`¹ | outcomes lost (a batch Redis did not take, or a full batch) |
+//!
+//! ¹ a key of a keyed breaker shared on Redis. The families and their HELP text are
+//! [`telemetry::FAMILIES`].
 //!
 //! # Limits
 //!
@@ -225,6 +228,7 @@ mod script;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 mod section;
 mod store;
+pub mod telemetry;
 mod worker;
 
 pub use crate::backend::{OnRedis, RedisStats};

@@ -16,6 +16,7 @@ use crate::backend::Backend;
 use crate::batch::{Added, BATCH_HIGH, Batch};
 use crate::config::{Fallback, Mode};
 use crate::script::{self, ConfigArgs, Keys, Op, Reply};
+use crate::telemetry::Metrics;
 use fusebox_breaker::events::EventKind;
 use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, OpenJitter, Permit, PermitKind, Rejected};
 use fusebox_breaker::store::StoreSpec;
@@ -23,7 +24,6 @@ use fusebox_breaker::{
     Command, MemoryStore, Reason, Snapshot, State, Store, Transition, WindowTotals,
 };
 use fusebox_classify::Nanos;
-use metrics::{Counter, Gauge};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
@@ -223,13 +223,6 @@ struct Local {
     store: MemoryStore,
 }
 
-struct Metrics {
-    fallbacks: Counter,
-    resyncs: Counter,
-    dropped: Counter,
-    connected: Gauge,
-}
-
 /// One scope's shared state: the view, the pending batch, the fallback, the worker's
 /// signals.
 pub(crate) struct Shared {
@@ -281,13 +274,8 @@ impl Shared {
         let config = &backend.config;
         let keys = Keys::new(&config.prefix, &scope);
         let args = ConfigArgs::new(&keys.channel, &spec.config, config.idle_ttl);
-        let label = spec.config.name().to_owned();
-        let metrics = Metrics {
-            fallbacks: metrics::counter!("fusebox_redis_fallbacks_total", "breaker" => label.clone()),
-            resyncs: metrics::counter!("fusebox_redis_resyncs_total", "breaker" => label.clone()),
-            dropped: metrics::counter!("fusebox_redis_dropped_outcomes_total", "breaker" => label.clone()),
-            connected: metrics::gauge!("fusebox_redis_connected", "breaker" => label),
-        };
+        let metrics = Metrics::new(spec.config.name(), spec.key.as_deref());
+        spec.events.thresholds(&spec.config);
         let mut jitter = OpenJitter::new(
             &spec.config,
             std::hash::BuildHasher::hash_one(

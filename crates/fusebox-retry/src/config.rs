@@ -13,7 +13,7 @@ use std::time::Duration;
 ///
 /// | field | default | meaning |
 /// |---|---|---|
-/// | `name` | the policy's (used alone: `"default"`) | the `name` label of the metrics |
+/// | `name` | the policy's (used alone: `"default"`) | the `dependency` label of the metrics |
 /// | `retry_ratio` | 0.2 | retries allowed per request in the window (Finagle's and Envoy's 20 %) |
 /// | `min_retries_per_second` | 10 | a floor of retries per second, so that quiet services can retry |
 /// | `ttl` | 10 s | the sliding window of the budget and the cut-off (1 s to 60 s) |
@@ -59,7 +59,7 @@ impl RetryConfig {
         RetryConfigBuilder::default()
     }
 
-    /// The name (the `name` label of the metrics).
+    /// The name (the `dependency` label of the metrics).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -220,7 +220,7 @@ impl Default for RetryConfigBuilder {
 pub const MAX_ATTEMPTS: u32 = 100;
 
 impl RetryConfigBuilder {
-    /// The name, used as the `name` label of the metrics. Unset, a policy names its retry
+    /// The name, used as the `dependency` label of the metrics. Unset, a policy names its retry
     /// budget after itself, and one used alone is named `"default"`.
     pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
         self.name = name.into();

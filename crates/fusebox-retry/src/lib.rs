@@ -57,7 +57,8 @@
 //!
 //! # Observability
 //!
-//! Counters (from the `metrics` crate, labelled `name`): `fusebox_retry_attempts_total`,
+//! Counters (from the `metrics` crate, labelled `dependency` with the layer's name; see
+//! [`telemetry`] for the table and the HELP text): `fusebox_retry_attempts_total`,
 //! `fusebox_retry_retries_total`, `fusebox_retry_hedges_total`,
 //! `fusebox_retry_budget_exhausted_total`, `fusebox_retry_cutoff_refusals_total`. Each
 //! attempt runs in a DEBUG span `retry_attempt` with its `attempt` number (1-based);
@@ -127,6 +128,7 @@ pub mod replay;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 mod section;
 mod service;
+pub mod telemetry;
 #[cfg(test)]
 mod tests;
 

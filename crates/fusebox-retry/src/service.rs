@@ -6,6 +6,8 @@ use crate::config::RetryConfig;
 use crate::error::BoxError;
 use crate::future::{Replay, ResponseFuture};
 use crate::replay::{Buffered, ReplayBody};
+use crate::telemetry;
+use fusebox_classify::series::{Series, SeriesBuilder};
 use fusebox_classify::shard::Leases;
 use fusebox_classify::{CallMeta, Classifier, Clock, Deadline, RetryHint, RouteTable};
 use http::{Request, Response};
@@ -42,41 +44,27 @@ impl<C> fmt::Debug for Shared<C> {
     }
 }
 
-/// The counters, labelled with the layer's name.
+/// The counters, labelled `dependency` with the layer's name.
 pub(crate) struct Metrics {
     pub(crate) attempts: Counter,
     pub(crate) retries: Counter,
     pub(crate) hedges: Counter,
     pub(crate) budget_exhausted: Counter,
     pub(crate) cut_off: Counter,
+    _series: Arc<Series>,
 }
 
 impl Metrics {
     fn new(name: &str) -> Self {
-        metrics::describe_counter!(
-            "fusebox_retry_attempts_total",
-            "Attempts sent by fusebox's retry layer: first attempts, retries and hedges."
-        );
-        metrics::describe_counter!("fusebox_retry_retries_total", "Retries the budget granted.");
-        metrics::describe_counter!(
-            "fusebox_retry_hedges_total",
-            "Hedges (backup requests) the budget granted."
-        );
-        metrics::describe_counter!(
-            "fusebox_retry_budget_exhausted_total",
-            "Retries and hedges refused because the retry budget was spent."
-        );
-        metrics::describe_counter!(
-            "fusebox_retry_cutoff_refusals_total",
-            "Retries and hedges refused because the dependency's failure rate passed the cut-off."
-        );
-        let label = name.to_owned();
+        crate::telemetry::describe();
+        let b = SeriesBuilder::new(name);
         Metrics {
-            attempts: metrics::counter!("fusebox_retry_attempts_total", "name" => label.clone()),
-            retries: metrics::counter!("fusebox_retry_retries_total", "name" => label.clone()),
-            hedges: metrics::counter!("fusebox_retry_hedges_total", "name" => label.clone()),
-            budget_exhausted: metrics::counter!("fusebox_retry_budget_exhausted_total", "name" => label.clone()),
-            cut_off: metrics::counter!("fusebox_retry_cutoff_refusals_total", "name" => label),
+            attempts: b.counter(telemetry::ATTEMPTS_TOTAL, &[]),
+            retries: b.counter(telemetry::RETRIES_TOTAL, &[]),
+            hedges: b.counter(telemetry::HEDGES_TOTAL, &[]),
+            budget_exhausted: b.counter(telemetry::BUDGET_EXHAUSTED_TOTAL, &[]),
+            cut_off: b.counter(telemetry::CUTOFF_REFUSALS_TOTAL, &[]),
+            _series: b.finish(),
         }
     }
 }

@@ -431,7 +431,7 @@ fn counter(
                 && key
                     .key()
                     .labels()
-                    .any(|l| l.key() == "name" && l.value() == layer)
+                    .any(|l| l.key() == "dependency" && l.value() == layer)
         })
         .map_or(0, |(.., value)| match value {
             metrics_util::debugging::DebugValue::Counter(n) => *n,

@@ -6,6 +6,7 @@
 //! (and its caller) forever. The timer starts when the headers arrive and is dropped as soon
 //! as the body ends, so a finished body holds no timer-wheel entry.
 
+use crate::service::RouteName;
 use crate::telemetry::{self, Phase};
 use fusebox_classify::BoxError;
 use fusebox_classify::error::Elapsed;
@@ -39,7 +40,7 @@ pub struct TimeoutBody<B> {
 struct BodyTimer {
     #[pin]
     sleep: Sleep,
-    route: Arc<str>,
+    route: RouteName,
     limit: Duration,
 }
 
@@ -55,7 +56,7 @@ impl<B> TimeoutBody<B> {
     }
 
     /// A body that fails with `Elapsed(route, limit)` when `sleep` completes.
-    pub(crate) fn with_timer(inner: B, sleep: Sleep, route: Arc<str>, limit: Duration) -> Self {
+    pub(crate) fn with_timer(inner: B, sleep: Sleep, route: RouteName, limit: Duration) -> Self {
         TimeoutBody {
             inner,
             timer: Some(BodyTimer {
@@ -108,8 +109,8 @@ where
         if let Some(timer) = this.timer.as_mut().as_pin_mut() {
             let timer = timer.project();
             if timer.sleep.poll(cx).is_ready() {
-                telemetry::elapsed(timer.route, *timer.limit, Phase::Body);
-                let error = Elapsed::new(Arc::clone(timer.route), *timer.limit);
+                telemetry::elapsed(timer.route.get(), *timer.limit, Phase::Body);
+                let error = Elapsed::new(Arc::clone(timer.route.get().name()), *timer.limit);
                 this.timer.set(None);
                 *this.done = true;
                 return Poll::Ready(Some(Err(Box::new(error))));

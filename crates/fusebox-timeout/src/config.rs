@@ -8,7 +8,11 @@
 
 use fusebox_classify::{ConfigError, Validator};
 use http::HeaderName;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The name of a timeout nobody named.
+const UNNAMED: &str = "default";
 
 /// The timeout used for routes of the [`RouteTable`](fusebox_classify::RouteTable) that
 /// name none, unless the configuration says otherwise: 15 seconds, the default route
@@ -18,6 +22,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 /// How a [`TimeoutLayer`](crate::TimeoutLayer) (and its
 /// [`BodyTimeoutLayer`](crate::BodyTimeoutLayer)) bound calls.
 ///
+/// - `name`: the `dependency` label of the timeout's metrics (default `"default"`; a
+///   `Policy` names an unnamed timeout after itself).
 /// - `default_timeout`: the timeout of routes that have none in the route table
 ///   (default [`DEFAULT_TIMEOUT`]).
 /// - `body_timeout`: how long a response body may take, from its headers to its end,
@@ -51,6 +57,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeoutConfig {
+    name: Arc<str>,
+    named: bool,
     default_timeout: Duration,
     body_timeout: Option<Duration>,
     propagate_grpc_timeout: bool,
@@ -60,6 +68,8 @@ pub struct TimeoutConfig {
 impl Default for TimeoutConfig {
     fn default() -> Self {
         TimeoutConfig {
+            name: Arc::from(UNNAMED),
+            named: false,
             default_timeout: DEFAULT_TIMEOUT,
             body_timeout: None,
             propagate_grpc_timeout: true,
@@ -72,6 +82,23 @@ impl TimeoutConfig {
     /// A builder with the defaults.
     pub fn builder() -> TimeoutConfigBuilder {
         TimeoutConfigBuilder::default()
+    }
+
+    /// The name: the `dependency` label of the timeout's metrics.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the name was given (a policy names an unnamed timeout after itself).
+    pub fn is_named(&self) -> bool {
+        self.named
+    }
+
+    /// This configuration, named `name` (what a policy does to a timeout nobody named).
+    pub fn with_name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = name.into();
+        self.named = true;
+        self
     }
 
     /// The timeout of routes that have none.
@@ -103,6 +130,7 @@ impl TimeoutConfig {
 /// Builds a [`TimeoutConfig`]; see there for the fields and their defaults.
 #[derive(Debug, Clone)]
 pub struct TimeoutConfigBuilder {
+    name: Option<Arc<str>>,
     default_timeout: Duration,
     body_timeout: Option<Duration>,
     propagate_grpc_timeout: bool,
@@ -112,6 +140,7 @@ pub struct TimeoutConfigBuilder {
 impl Default for TimeoutConfigBuilder {
     fn default() -> Self {
         TimeoutConfigBuilder {
+            name: None,
             default_timeout: DEFAULT_TIMEOUT,
             body_timeout: None,
             propagate_grpc_timeout: true,
@@ -121,6 +150,13 @@ impl Default for TimeoutConfigBuilder {
 }
 
 impl TimeoutConfigBuilder {
+    /// The name, used as the `dependency` label of the timeout's metrics. Unset, a policy
+    /// names its timeout after itself, and one used alone is named `"default"`.
+    pub fn name(mut self, name: impl Into<Arc<str>>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// The timeout of routes that name none (must be greater than zero).
     pub fn default_timeout(mut self, timeout: Duration) -> Self {
         self.default_timeout = timeout;
@@ -163,6 +199,8 @@ impl TimeoutConfigBuilder {
         }
         let deadline_header = header_name(self.deadline_header, "deadline_header", &mut v);
         v.finish(TimeoutConfig {
+            named: self.name.is_some(),
+            name: self.name.unwrap_or_else(|| Arc::from(UNNAMED)),
             default_timeout: self.default_timeout,
             body_timeout: self.body_timeout,
             propagate_grpc_timeout: self.propagate_grpc_timeout,

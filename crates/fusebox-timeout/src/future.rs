@@ -187,7 +187,7 @@ where
         };
         let limit = until.saturating_duration_since(now);
         let sleep = tokio::time::sleep_until(until);
-        let route = Arc::clone(this.route.get());
+        let route = this.route.series();
         Poll::Ready(Ok(
             response.map(|body| TimeoutBody::with_timer(body, sleep, route, limit))
         ))

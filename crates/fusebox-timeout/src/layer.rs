@@ -27,7 +27,7 @@ impl TimeoutLayer {
     pub fn new(config: TimeoutConfig) -> Self {
         let routes = RouteTable::default();
         TimeoutLayer {
-            names: RouteNames::new(&routes),
+            names: RouteNames::new(&routes, config.name()),
             routes,
             config,
         }
@@ -62,7 +62,7 @@ impl<C: Classifier> TimeoutLayerBuilder<C> {
     /// when they were built); the `Result` is the shape every fusebox layer's builder has.
     pub fn build(self) -> Result<TimeoutLayer<C>, ConfigError> {
         Ok(TimeoutLayer {
-            names: RouteNames::new(&self.routes),
+            names: RouteNames::new(&self.routes, self.config.name()),
             routes: self.routes,
             config: self.config,
         })
@@ -130,7 +130,7 @@ impl BodyTimeoutLayer {
     pub fn new(config: &TimeoutConfig) -> Self {
         let routes = RouteTable::default();
         BodyTimeoutLayer {
-            names: RouteNames::new(&routes),
+            names: RouteNames::new(&routes, config.name()),
             routes,
             timeout: config.body_timeout(),
         }

@@ -4,7 +4,7 @@ use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::future::{BodyFuture, Bound, ResponseFuture, Timed};
-use crate::telemetry;
+use crate::telemetry::{self, RouteSeries};
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
 use fusebox_classify::shard::{Lease, Leases};
@@ -24,17 +24,18 @@ use tower_service::Service;
 /// line twice per call ([`fusebox_classify::shard`]). One set of leases covers the whole
 /// table, and a layer makes it once: the services it builds share it.
 #[derive(Clone)]
-pub(crate) struct RouteNames(Arc<Leases<[Arc<str>]>>);
+pub(crate) struct RouteNames(Arc<Leases<[RouteSeries]>>);
 
 impl RouteNames {
-    pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>) -> Self {
-        let mut names: Vec<Arc<str>> = routes
+    /// The names of `routes`, with their metric handles labelled `dependency`.
+    pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>, dependency: &str) -> Self {
+        let mut names: Vec<RouteSeries> = routes
             .iter()
-            .map(|(id, _, _)| routes.shared_name(id))
+            .map(|(id, _, _)| RouteSeries::new(dependency, routes.shared_name(id)))
             .collect();
         if names.is_empty() {
             // A table always has its default route; an empty name all the same.
-            names.push(Arc::from(""));
+            names.push(RouteSeries::new(dependency, Arc::from("")));
         }
         RouteNames(Arc::new(Leases::new(Arc::from(names))))
     }
@@ -57,23 +58,34 @@ impl RouteNames {
 
 impl std::fmt::Debug for RouteNames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.shared().iter()).finish()
+        f.debug_list()
+            .entries(self.0.shared().iter().map(|r| &**r.name()))
+            .finish()
     }
 }
 
 /// One call's route name: this thread's lease on the table's names, and the route's place
 /// among them.
 pub(crate) struct RouteName {
-    names: Arc<Lease<[Arc<str>]>>,
+    names: Arc<Lease<[RouteSeries]>>,
     index: usize,
 }
 
 impl RouteName {
     /// The name.
     #[inline]
-    pub(crate) fn get(&self) -> &Arc<str> {
+    pub(crate) fn get(&self) -> &RouteSeries {
         // `index` was checked against the table's names when the lease was taken.
         &self.names[self.index]
+    }
+
+    /// The same route, to keep past the call (a body's timer): another count on this
+    /// thread's lease.
+    pub(crate) fn series(&self) -> RouteName {
+        RouteName {
+            names: Arc::clone(&self.names),
+            index: self.index,
+        }
     }
 }
 
@@ -169,7 +181,8 @@ pub struct Timeout<S, C> {
 impl<S, C: Classifier> Timeout<S, C> {
     /// Wraps `inner`.
     pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
-        Timeout::with_names(inner, RouteNames::new(&routes), routes, config)
+        let names = RouteNames::new(&routes, config.name());
+        Timeout::with_names(inner, names, routes, config)
     }
 
     /// Wraps `inner`, with the names the layer made of `routes`.
@@ -256,7 +269,7 @@ impl Expired {
 
     /// The name of the call's route.
     pub fn route(&self) -> &str {
-        self.route.get()
+        self.route.get().name()
     }
 
     /// The deadline that had passed.
@@ -323,7 +336,7 @@ impl<C: Classifier> TimeoutStage<C> {
         let now = Instant::now();
         match budget::budget(now, deadline.instant(), route_timeout) {
             Budget::Expired => {
-                telemetry::deadline_exceeded(Arc::clone(route.get()));
+                telemetry::deadline_exceeded(route.get());
                 Err(Expired {
                     route,
                     deadline: deadline.instant(),
@@ -357,9 +370,11 @@ pub struct BodyTimeout<S, C> {
 
 impl<S, C: Classifier> BodyTimeout<S, C> {
     /// Wraps `inner`; bodies may take `timeout` (or forever, with `None`, unless the
-    /// request carries a deadline).
+    /// request carries a deadline). Its metrics are labelled `dependency="default"`; a
+    /// [`BodyTimeoutLayer`](crate::BodyTimeoutLayer) labels them with its timeout's name.
     pub fn new(inner: S, routes: RouteTable<C>, timeout: Option<Duration>) -> Self {
-        BodyTimeout::with_names(inner, RouteNames::new(&routes), routes, timeout)
+        let names = RouteNames::new(&routes, "default");
+        BodyTimeout::with_names(inner, names, routes, timeout)
     }
 
     /// Wraps `inner`, with the names the layer made of `routes`.

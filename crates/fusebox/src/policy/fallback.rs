@@ -7,20 +7,30 @@
 //! ([`Overloaded`]) and a timeout ([`Elapsed`]). Errors of the dependency itself reach the
 //! caller unchanged unless [`Fallback::other_errors`] asks otherwise.
 //!
-//! Every fallback served is counted: `fusebox_policy_fallbacks_total{policy, reason}`.
+//! Every fallback served is counted: `fusebox_policy_fallbacks_total{dependency, reason}`,
+//! `dependency` being the policy's name.
 
 use bytes::Bytes;
 use fusebox_classify::ErrorKind;
 #[cfg(doc)]
 use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
+use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder};
 use http::{Method, Response};
 use metrics::Counter;
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
-/// The counter of fallbacks served, labelled `policy` and `reason`.
+/// The counter of fallbacks served, labelled `dependency` (the policy's name) and `reason`.
 pub const FALLBACKS_TOTAL: &str = "fusebox_policy_fallbacks_total";
+
+/// The policy's own families (the fallbacks), with their labels and HELP text.
+pub(crate) const FAMILIES: &[Family] = &[Family {
+    name: FALLBACKS_TOTAL,
+    kind: Kind::Counter,
+    labels: &["dependency", "reason"],
+    help: "Fallback responses a policy served in place of one of fusebox's rejections, by reason: circuit_open, overloaded, elapsed, other.",
+}];
 
 /// Why a fallback was served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -208,6 +218,7 @@ pub(crate) struct Armed {
     /// Indexed by route index.
     pub(crate) on_route: Box<[bool]>,
     counters: [Counter; 4],
+    _series: Arc<Series>,
 }
 
 impl fmt::Debug for Armed {
@@ -220,7 +231,14 @@ impl fmt::Debug for Armed {
 
 impl Armed {
     pub(crate) fn new(fallback: Fallback, on_route: Box<[bool]>, policy: &str) -> Self {
-        let counter = |reason: FallbackReason| metrics::counter!(FALLBACKS_TOTAL, "policy" => policy.to_owned(), "reason" => reason.as_str());
+        crate::metrics::describe_policy();
+        let b = SeriesBuilder::new(policy);
+        let counter = |reason: FallbackReason| {
+            b.counter(
+                FALLBACKS_TOTAL,
+                &[("reason", series::label(reason.as_str()))],
+            )
+        };
         Armed {
             fallback,
             on_route,
@@ -230,6 +248,7 @@ impl Armed {
                 counter(FallbackReason::Elapsed),
                 counter(FallbackReason::Other),
             ],
+            _series: b.finish(),
         }
     }
 

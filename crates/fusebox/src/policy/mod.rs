@@ -79,6 +79,7 @@ pub mod stages;
 mod store;
 
 pub use self::body::{PolicyBody, StackBody};
+pub(crate) use self::fallback::FAMILIES as FALLBACK_FAMILIES;
 pub use self::fallback::{FALLBACKS_TOTAL, Fallback, FallbackContext, FallbackReason};
 pub use self::future::{Attempts, ResponseFuture};
 pub use self::key::{BreakerKey, KeyBy};
@@ -474,9 +475,15 @@ impl<C: Classifier> PolicyBuilder<C> {
         let has_limit = self.limit.is_some();
         let has_store = self.breaker_store.is_some();
         let routes = v.nested("", self.routes);
-        let timeout = self.timeout.and_then(|t| v.nested("timeout", t));
         // Named once: the layers nobody named take the policy's name.
         let name = &self.name;
+        let timeout = self.timeout.and_then(|t| v.nested("timeout", t)).map(|c| {
+            if c.is_named() {
+                c
+            } else {
+                c.with_name(Arc::clone(name))
+            }
+        });
         let limit = self.limit.and_then(|l| v.nested("limit", l)).map(|c| {
             if c.is_named() {
                 c
@@ -570,9 +577,11 @@ impl<C: Classifier> PolicyBuilder<C> {
                 .any(|(_, _, r)| r.timeout_duration().is_some());
         let timeout = needs_timeout
             .then(|| {
-                TimeoutLayer::builder(timeout.unwrap_or_default())
-                    .routes(routes.clone())
-                    .build()
+                TimeoutLayer::builder(
+                    timeout.unwrap_or_else(|| TimeoutConfig::default().with_name(Arc::clone(name))),
+                )
+                .routes(routes.clone())
+                .build()
             })
             .transpose()
             .map_err(|e| e.prefixed("timeout"))?;
