@@ -728,6 +728,48 @@ impl<K: 'static> KeyedBreakerHandle<K> {
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.keys.events().subscribe()
     }
+
+    /// The keyed breaker's name.
+    pub fn name(&self) -> &str {
+        self.keys.events().name()
+    }
+
+    /// A handle that does not keep the keyed breaker alive (see
+    /// [`BreakerHandle::downgrade`]).
+    pub fn downgrade(&self) -> WeakKeyedBreakerHandle<K> {
+        WeakKeyedBreakerHandle {
+            keys: Arc::downgrade(&self.keys),
+        }
+    }
+}
+
+/// A [`KeyedBreakerHandle`] that does not keep its keyed breaker alive
+/// ([`KeyedBreakerHandle::downgrade`]).
+pub struct WeakKeyedBreakerHandle<K: 'static> {
+    keys: std::sync::Weak<dyn KeyedControl<K>>,
+}
+
+impl<K: 'static> WeakKeyedBreakerHandle<K> {
+    /// The handle, if the keyed breaker is still alive.
+    pub fn upgrade(&self) -> Option<KeyedBreakerHandle<K>> {
+        self.keys.upgrade().map(|keys| KeyedBreakerHandle { keys })
+    }
+}
+
+impl<K: 'static> Clone for WeakKeyedBreakerHandle<K> {
+    fn clone(&self) -> Self {
+        WeakKeyedBreakerHandle {
+            keys: self.keys.clone(),
+        }
+    }
+}
+
+impl<K: 'static> fmt::Debug for WeakKeyedBreakerHandle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakKeyedBreakerHandle")
+            .field("alive", &(self.keys.strong_count() > 0))
+            .finish()
+    }
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub mod state;
 pub mod store;
 pub mod window;
 
-pub use crate::breaker::BreakerHandle;
+pub use crate::breaker::{BreakerHandle, WeakBreakerHandle};
 
 /// What fusebox's `Policy` runs the breaker with when it composes the breaker into its own
 /// future instead of stacking [`CircuitBreaker`] as a service: the admitted call's
@@ -107,7 +107,7 @@ pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};
 pub use crate::keyed::{
     ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
-    RequestHead, host_key, host_of,
+    RequestHead, WeakKeyedBreakerHandle, host_key, host_of,
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture};
@@ -115,7 +115,7 @@ pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFutur
 pub use crate::section::CircuitBreakerSection;
 pub use crate::service::CircuitBreaker;
 pub use crate::state::{Command, Reason, Snapshot, State, Transition};
-pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};
+pub use crate::store::{InMemory, MakeStore, MemoryStore, Reconfigure, Store};
 pub use crate::window::WindowTotals;
 pub use fusebox_classify::error::CircuitOpen;
 

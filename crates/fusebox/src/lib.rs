@@ -141,6 +141,13 @@ pub use crate::policy::{
     PolicyBuilder, PolicyService, RecoveryRamp,
 };
 
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod registry;
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub use crate::registry::Registry;
+
 #[cfg(any(
     feature = "breaker",
     feature = "limit",
@@ -167,6 +174,10 @@ pub mod config;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod admin;
 
 #[cfg(feature = "hyper-client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper-client")))]
