@@ -11,7 +11,7 @@ use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::state::{Command, State};
-use crate::store::{MakeStore, Store, StoreSpec};
+use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
 use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
@@ -286,7 +286,8 @@ impl<K: Hash + Eq + Clone, C, St: Store> Shard<K, C, St> {
 pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
     key_fn: F,
     table: RouteTable<C>,
-    config: Arc<CircuitBreakerConfig>,
+    /// What new keys' breakers are made with (a reload changes it; read when a key is made).
+    config: Mutex<Arc<CircuitBreakerConfig>>,
     clock: Clock,
     make: M,
     events: EventSink,
@@ -317,7 +318,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
         KeyedShared {
             key_fn,
             table,
-            config,
+            config: Mutex::new(config),
             clock,
             make,
             events,
@@ -374,7 +375,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
     fn overflow(&self, shard: &mut Shard<F::Key, C, M::Store>) -> Entry<C, M::Store> {
         let breaker = shard.overflow.get_or_insert_with(|| {
             tracing::warn!(
-                breaker = &*self.config.name,
+                breaker = &**self.events.name(),
                 keys = shard.map.len(),
                 "keyed breaker: a shard is full of breakers that are not closed or are in use; new keys share its overflow breaker"
             );
@@ -384,8 +385,9 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
     }
 
     fn make_breaker(&self, name: Arc<str>) -> Entry<C, M::Store> {
+        let config = self.config();
         let store = self.make.make_store(StoreSpec {
-            config: Arc::clone(&self.config),
+            config: Arc::clone(&config),
             key: Some(Arc::clone(&name)),
             clock: self.clock,
             events: self.events.clone(),
@@ -394,11 +396,15 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             self.table.clone(),
             store,
             self.clock,
-            Arc::clone(&self.config.name),
+            Arc::clone(&config.name),
             Some(name),
             self.events.clone(),
-            self.config.count_overloaded,
+            config.count_overloaded,
         ))
+    }
+
+    fn config(&self) -> Arc<CircuitBreakerConfig> {
+        Arc::clone(&self.config.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Sweeps idle keys when `idle` has passed since the shard's last sweep.
@@ -473,7 +479,7 @@ impl<F: KeyFn, C, M: MakeStore> Clone for KeyedCircuitBreakerLayer<F, C, M> {
 impl<F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreakerLayer<F, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreakerLayer")
-            .field("breaker", &self.shared.config.name)
+            .field("breaker", self.shared.events.name())
             .field(
                 "max_keys",
                 &(self.shared.per_shard * self.shared.shards.len()),
@@ -525,7 +531,7 @@ impl<S: fmt::Debug, F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreake
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreaker")
             .field("inner", &self.inner)
-            .field("breaker", &self.shared.config.name)
+            .field("breaker", self.shared.events.name())
             .finish()
     }
 }
@@ -596,6 +602,8 @@ trait KeyedControl<K>: Send + Sync + 'static {
     fn command_all(&self, command: Command);
     fn overflow(&self) -> Vec<BreakerHandle>;
     fn events(&self) -> &EventSink;
+    fn config(&self) -> Arc<CircuitBreakerConfig>;
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure>;
 }
 
 impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared<F, C, M> {
@@ -654,6 +662,37 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared
 
     fn events(&self) -> &EventSink {
         &self.events
+    }
+
+    fn config(&self) -> Arc<CircuitBreakerConfig> {
+        KeyedShared::config(self)
+    }
+
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        if config.window != self.config().window {
+            return Err(Reconfigure::WindowChanged);
+        }
+        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(config);
+        // Keys made from now on take the new settings; the keys held take them in place.
+        // Collected first: no shard's lock is held while a store takes its own.
+        let mut result = Ok(());
+        for shard in self.shards.iter() {
+            let breakers: Vec<_> = {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard
+                    .map
+                    .values()
+                    .map(|slot| Arc::clone(&slot.breaker))
+                    .chain(shard.overflow.clone())
+                    .collect()
+            };
+            for b in breakers {
+                if let Err(e) = Control::reconfigure(&*b, config) {
+                    result = Err(e);
+                }
+            }
+        }
+        result
     }
 }
 
@@ -727,6 +766,20 @@ impl<K: 'static> KeyedBreakerHandle<K> {
     /// Every event of every key from now on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.keys.events().subscribe()
+    }
+
+    /// The settings new keys' breakers are made with (the keys held judge by their own:
+    /// [`BreakerHandle::config`]; a reload keeps them the same).
+    pub fn config(&self) -> Arc<CircuitBreakerConfig> {
+        self.keys.config()
+    }
+
+    /// Judges every key by `config` from the next call on, and makes new keys with it
+    /// (see [`BreakerHandle::reconfigure`]). Refused, changing nothing, when the window's
+    /// kind or size differs; a key whose store cannot change its settings in place keeps
+    /// its old ones, and the error says so ([`Reconfigure::Unsupported`]).
+    pub fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        self.keys.reconfigure(config)
     }
 
     /// The keyed breaker's name.

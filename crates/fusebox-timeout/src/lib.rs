@@ -140,6 +140,7 @@ mod layer;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 mod section;
 mod service;
+mod table;
 pub mod telemetry;
 
 pub use crate::body::TimeoutBody;
@@ -153,6 +154,7 @@ pub use crate::layer::{
 #[cfg(feature = "serde")]
 pub use crate::section::{DeadlineSection, TimeoutSection};
 pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout};
+pub use crate::table::Timeouts;
 
 /// What fusebox's `Policy` runs the timeout with when it composes the timeout into its own
 /// future instead of stacking [`Timeout`] as a service ([`Timeout::bound`] hands these

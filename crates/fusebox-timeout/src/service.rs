@@ -4,6 +4,7 @@ use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::future::{BodyFuture, Bound, ResponseFuture};
+use crate::table::Timeouts;
 use crate::telemetry;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
@@ -94,6 +95,8 @@ pub struct Timeout<S, C> {
     routes: RouteTable<C>,
     names: RouteNames,
     config: TimeoutConfig,
+    /// Each route's timeout as calls read it (changed in place by a reload).
+    timeouts: Arc<Timeouts>,
 }
 
 impl<S, C: Classifier> Timeout<S, C> {
@@ -112,6 +115,7 @@ impl<S, C: Classifier> Timeout<S, C> {
         Timeout {
             inner,
             names,
+            timeouts: Arc::new(Timeouts::new(&routes, &config)),
             routes,
             config,
         }
@@ -192,6 +196,14 @@ impl Expired {
     }
 }
 
+impl<S, C> Timeout<S, C> {
+    /// Each route's timeout as this service (and its clones) read it, per call: set a new
+    /// value there to change the timeout of the calls that start from then on.
+    pub fn timeouts(&self) -> &Arc<Timeouts> {
+        &self.timeouts
+    }
+}
+
 impl<S, C: Classifier> Timeout<S, C> {
     /// How long `request` may take to answer: its route's timeout, or less if its
     /// [`Deadline`] comes first (then the deadline's headers are written into the request
@@ -235,11 +247,7 @@ impl<S, C: Classifier> Timeout<S, C> {
     #[inline]
     pub fn bound<B>(&self, request: &mut Request<B>) -> Result<Bound, Expired> {
         let id = self.routes.resolve(request);
-        let route_timeout = self
-            .routes
-            .route(id)
-            .timeout_duration()
-            .unwrap_or(self.config.default_timeout());
+        let route_timeout = self.timeouts.get(id);
         let route = self.names.lease(id);
 
         // An empty `Extensions` answers without hashing: no deadline costs one branch.

@@ -147,6 +147,9 @@ pub mod registry;
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
 pub use crate::registry::Registry;
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod reload;
 
 #[cfg(any(
     feature = "breaker",

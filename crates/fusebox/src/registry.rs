@@ -233,9 +233,12 @@ impl<C: Classifier> PolicySource for Shared<C> {
             limit: self
                 .limit
                 .as_ref()
-                .map(|l| (l.handle(), l.config().clone())),
+                .map(|l| (l.handle(), self.current_limit_config(l.config()))),
             retry: self.retry.as_ref().map(|r| r.handle()),
-            timeout: self.timeout.as_ref().map(|t| t.config().clone()),
+            timeout: self
+                .timeout
+                .as_ref()
+                .map(|t| self.current_timeout_config(t.config())),
         }
     }
 }

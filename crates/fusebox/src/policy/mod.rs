@@ -662,10 +662,13 @@ impl<C: Classifier> PolicyBuilder<C> {
             limit: limit.as_ref().map(|l| l.layer(())),
             timeout: timeout.as_ref().map(|t| t.layer(())),
         });
+        let timeouts = parts.timeout.as_ref().map(|t| Arc::clone(t.timeouts()));
         let policy = Policy {
             inner: Arc::new(PolicyLayers {
                 parts,
                 shared: Arc::new(Shared {
+                    timeouts,
+                    reloaded: Default::default(),
                     name: self.name,
                     routes,
                     fallback,
@@ -712,6 +715,10 @@ pub(crate) struct Shared<C> {
     pub(crate) timeout: Option<TimeoutLayer<C>>,
     /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
     pub(crate) store: BreakerStore,
+    /// Each route's timeout as the timeout stage reads it (a reload changes it).
+    pub(crate) timeouts: Option<Arc<fusebox_timeout::Timeouts>>,
+    /// What reloads changed that the layers' own values do not show.
+    pub(crate) reloaded: std::sync::Mutex<crate::reload::Reloaded>,
 }
 
 /// What a policy was built with beyond its layers' own configurations (for reading it
