@@ -110,7 +110,11 @@ impl fmt::Display for Reload {
             writeln!(f, "  {c}")?;
         }
         for k in &self.kept {
-            writeln!(f, "  kept: {k}")?;
+            writeln!(
+                f,
+                "  {}: {k}",
+                if self.applied { "kept" } else { "would keep" }
+            )?;
         }
         Ok(())
     }
@@ -376,7 +380,16 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         "the window's kind or size changed: its calls cannot move to another window",
     );
 
-    // Whether the store takes settings in place (the memory store does).
+    // The new settings on the running window (a window change is reported above and not
+    // applied); they must still hold together there (`minimum_calls` within the window).
+    let next = to_cfg
+        .to_builder()
+        .window(cur.window())
+        .name(cur.name().to_owned())
+        .build()
+        .map(Arc::new);
+    // Whether the store takes settings in place (the memory store does): giving it its
+    // own settings changes nothing and says so.
     let supported = identity_kept
         && !matches!(
             reconfigure(&old.breaker, &cur),
@@ -384,10 +397,14 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         );
     let effect = if !identity_kept {
         Effect::NeedsRebuild(IDENTITY)
-    } else if supported {
-        Effect::InPlace
-    } else {
+    } else if !supported {
         Effect::NeedsRebuild("the breaker's store cannot change its settings while running")
+    } else if next.is_err() {
+        Effect::NeedsRebuild(
+            "the new settings do not hold on the running window (minimum_calls past its size)",
+        )
+    } else {
+        Effect::InPlace
     };
     let before = d.changes.len();
     macro_rules! fields {
@@ -411,17 +428,12 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         count_overloaded,
         seed
     );
-    if apply && effect == Effect::InPlace && d.changes.len() > before {
-        // The new settings on the running window (a window change is reported above and
-        // not applied).
-        if let Ok(next) = to_cfg
-            .to_builder()
-            .window(cur.window())
-            .name(cur.name().to_owned())
-            .build()
-        {
-            // Refusals were found above; a store that changed its mind keeps its settings.
-            let _ = reconfigure(&old.breaker, &Arc::new(next));
+    if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, &next) {
+        if d.changes.len() > before && reconfigure(&old.breaker, next).is_err() {
+            // Refusals were found above; a store that refuses now keeps its settings.
+            for c in &mut d.changes[before..] {
+                c.effect = Effect::NeedsRebuild("the breaker's store refused the new settings");
+            }
         }
     }
 }
@@ -538,7 +550,7 @@ fn timeout<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         FIXED,
     );
     // Each route's own timeout, for the routes both tables hold.
-    for (id, name, route) in new.routes.iter() {
+    for (_, name, route) in new.routes.iter() {
         let Some((old_id, _, _)) = old.routes.iter().find(|(_, n, _)| *n == name) else {
             continue;
         };
@@ -547,7 +559,6 @@ fn timeout<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
             if apply {
                 table.set_route(old_id.index(), now);
             }
-            let _ = id;
             d.push(
                 route_path(name, "timeout"),
                 show(&was),
