@@ -96,26 +96,29 @@ pub struct Timeout<S, C> {
     names: RouteNames,
     config: TimeoutConfig,
     /// Each route's timeout as calls read it (changed in place by a reload).
-    timeouts: Arc<Timeouts>,
+    timeouts: Timeouts,
 }
 
 impl<S, C: Classifier> Timeout<S, C> {
     /// Wraps `inner`.
     pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
-        Timeout::with_names(inner, RouteNames::new(&routes), routes, config)
+        let timeouts = Timeouts::new(&routes, &config);
+        Timeout::with_names(inner, RouteNames::new(&routes), routes, config, timeouts)
     }
 
-    /// Wraps `inner`, with the names the layer made of `routes`.
+    /// Wraps `inner`, with the names the layer made of `routes` and the timeouts it shares
+    /// with its other services.
     pub(crate) fn with_names(
         inner: S,
         names: RouteNames,
         routes: RouteTable<C>,
         config: TimeoutConfig,
+        timeouts: Timeouts,
     ) -> Self {
         Timeout {
             inner,
             names,
-            timeouts: Arc::new(Timeouts::new(&routes, &config)),
+            timeouts,
             routes,
             config,
         }
@@ -199,7 +202,7 @@ impl Expired {
 impl<S, C> Timeout<S, C> {
     /// Each route's timeout as this service (and its clones) read it, per call: set a new
     /// value there to change the timeout of the calls that start from then on.
-    pub fn timeouts(&self) -> &Arc<Timeouts> {
+    pub fn timeouts(&self) -> &Timeouts {
         &self.timeouts
     }
 }
@@ -298,7 +301,8 @@ impl<S, C: Classifier> BodyTimeout<S, C> {
         BodyTimeout::with_names(inner, RouteNames::new(&routes), routes, timeout)
     }
 
-    /// Wraps `inner`, with the names the layer made of `routes`.
+    /// Wraps `inner`, with the names the layer made of `routes` and the timeouts it shares
+    /// with its other services.
     pub(crate) fn with_names(
         inner: S,
         names: RouteNames,

@@ -5,6 +5,7 @@ use crate::config::TimeoutConfig;
 use fusebox_classify::clock::duration_nanos;
 use fusebox_classify::{Classifier, RouteId, RouteTable};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -16,10 +17,14 @@ const UNSET: u64 = u64::MAX;
 /// admitted after [`set_default`](Timeouts::set_default) or
 /// [`set_route`](Timeouts::set_route) is bounded by the new value; a call already running
 /// keeps the bound it started with.
+///
+/// Cloning shares the table: a [`TimeoutLayer`](crate::TimeoutLayer) makes one, in one
+/// allocation, and every service it builds reads it.
+#[derive(Clone)]
 pub struct Timeouts {
-    default: AtomicU64,
-    /// By [`RouteId::index`]: the route's own timeout in nanoseconds, or [`UNSET`].
-    routes: Box<[AtomicU64]>,
+    /// The default first, then by [`RouteId::index`]: the route's own timeout in
+    /// nanoseconds, or [`UNSET`].
+    slots: Arc<[AtomicU64]>,
 }
 
 impl Timeouts {
@@ -27,26 +32,37 @@ impl Timeouts {
     /// [`timeout_duration`](fusebox_classify::Route::timeout_duration)), with `config`'s
     /// default for routes that set none.
     pub fn new<C: Classifier>(routes: &RouteTable<C>, config: &TimeoutConfig) -> Self {
+        let default = duration_nanos(config.default_timeout());
         Timeouts {
-            default: AtomicU64::new(duration_nanos(config.default_timeout())),
-            routes: routes
-                .iter()
-                .map(|(_, _, r)| AtomicU64::new(r.timeout_duration().map_or(UNSET, nanos)))
+            slots: std::iter::once(AtomicU64::new(default))
+                .chain(
+                    routes
+                        .iter()
+                        .map(|(_, _, r)| AtomicU64::new(r.timeout_duration().map_or(UNSET, nanos))),
+                )
                 .collect(),
         }
+    }
+
+    fn routes(&self) -> &[AtomicU64] {
+        self.slots.get(1..).unwrap_or_default()
+    }
+
+    fn default_slot(&self) -> Option<&AtomicU64> {
+        self.slots.first()
     }
 
     /// The timeout of a call on `route` (an unknown route: the default route's, as the
     /// route table falls back).
     #[inline]
     pub fn get(&self, route: RouteId) -> Duration {
-        let own = self
-            .routes
+        let routes = self.routes();
+        let own = routes
             .get(route.index())
-            .or_else(|| self.routes.first())
+            .or_else(|| routes.first())
             .map_or(UNSET, |t| t.load(Ordering::Relaxed));
         let nanos = if own == UNSET {
-            self.default.load(Ordering::Relaxed)
+            self.default_slot().map_or(0, |d| d.load(Ordering::Relaxed))
         } else {
             own
         };
@@ -55,35 +71,36 @@ impl Timeouts {
 
     /// The timeout of routes that set none.
     pub fn default_timeout(&self) -> Duration {
-        Duration::from_nanos(self.default.load(Ordering::Relaxed))
+        Duration::from_nanos(self.default_slot().map_or(0, |d| d.load(Ordering::Relaxed)))
     }
 
     /// The timeout route number `index` sets itself, if any.
     pub fn route(&self, index: usize) -> Option<Duration> {
-        let t = self.routes.get(index)?.load(Ordering::Relaxed);
+        let t = self.routes().get(index)?.load(Ordering::Relaxed);
         (t != UNSET).then(|| Duration::from_nanos(t))
     }
 
     /// How many routes there are.
     pub fn len(&self) -> usize {
-        self.routes.len()
+        self.routes().len()
     }
 
     /// Whether there are no routes (never, for a table built from a route table).
     pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
+        self.routes().is_empty()
     }
 
     /// Sets the timeout of routes that set none, from the next call on.
     pub fn set_default(&self, timeout: Duration) {
-        self.default
-            .store(duration_nanos(timeout), Ordering::Relaxed);
+        if let Some(d) = self.default_slot() {
+            d.store(duration_nanos(timeout), Ordering::Relaxed);
+        }
     }
 
     /// Sets route number `index`'s own timeout (`None`: it takes the default), from the
     /// next call on; returns whether the route exists.
     pub fn set_route(&self, index: usize, timeout: Option<Duration>) -> bool {
-        match self.routes.get(index) {
+        match self.routes().get(index) {
             Some(t) => {
                 t.store(timeout.map_or(UNSET, nanos), Ordering::Relaxed);
                 true

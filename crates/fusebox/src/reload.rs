@@ -159,7 +159,7 @@ pub enum Effect {
 /// What a running policy's stages read now: the settings a diff starts from.
 pub(crate) struct Running<'a, C> {
     shared: &'a Shared<C>,
-    timeouts: Option<&'a Arc<Timeouts>>,
+    timeouts: Option<&'a Timeouts>,
 }
 
 impl<C: Classifier> Policy<C> {

@@ -662,7 +662,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             limit: limit.as_ref().map(|l| l.layer(())),
             timeout: timeout.as_ref().map(|t| t.layer(())),
         });
-        let timeouts = parts.timeout.as_ref().map(|t| Arc::clone(t.timeouts()));
+        let timeouts = parts.timeout.as_ref().map(|t| t.timeouts().clone());
         let policy = Policy {
             inner: Arc::new(PolicyLayers {
                 parts,
@@ -716,7 +716,7 @@ pub(crate) struct Shared<C> {
     /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
     pub(crate) store: BreakerStore,
     /// Each route's timeout as the timeout stage reads it (a reload changes it).
-    pub(crate) timeouts: Option<Arc<fusebox_timeout::Timeouts>>,
+    pub(crate) timeouts: Option<fusebox_timeout::Timeouts>,
     /// What reloads changed that the layers' own values do not show.
     pub(crate) reloaded: std::sync::Mutex<crate::reload::Reloaded>,
 }
