@@ -159,7 +159,7 @@ async fn an_entry_lives_as_long_as_its_services_and_goes_with_them() {
 fn host_request(host: &str) -> Request<Empty<Bytes>> {
     Request::get(format!("http://{host}/"))
         .body(Empty::new())
-        .unwrap()
+        .expect("a request")
 }
 
 #[tokio::test(start_paused = true)]

@@ -91,7 +91,7 @@ fn policy(threshold: u32, open_wait: u64, timeout_ms: u64, limit: usize) -> Poli
 fn request() -> Request<Empty<Bytes>> {
     Request::get("http://dep.example/")
         .body(Empty::new())
-        .unwrap()
+        .expect("a request")
 }
 
 /// What the load saw.

@@ -428,12 +428,13 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         count_overloaded,
         seed
     );
-    if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, &next) {
-        if d.changes.len() > before && reconfigure(&old.breaker, next).is_err() {
-            // Refusals were found above; a store that refuses now keeps its settings.
-            for c in &mut d.changes[before..] {
-                c.effect = Effect::NeedsRebuild("the breaker's store refused the new settings");
-            }
+    if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, &next)
+        && d.changes.len() > before
+        && reconfigure(&old.breaker, next).is_err()
+    {
+        // Refusals were found above; a store that refuses now keeps its settings.
+        for c in &mut d.changes[before..] {
+            c.effect = Effect::NeedsRebuild("the breaker's store refused the new settings");
         }
     }
 }
