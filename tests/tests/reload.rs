@@ -485,3 +485,45 @@ async fn a_file_reloads_in_place_and_an_invalid_one_changes_nothing() {
         20
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_routes_classifier_change_is_reported_as_needing_a_rebuild() {
+    use fusebox::{Route, RouteTable, StandardClassifier};
+    let build = |count_throttling: bool, timeout: u64| {
+        let routes = RouteTable::builder(Route::default())
+            .route(
+                "POST /charge",
+                Route::new(StandardClassifier::new().count_throttling(count_throttling))
+                    .timeout(Duration::from_millis(timeout)),
+            )
+            .build()
+            .unwrap();
+        Policy::builder("partner")
+            .routes(routes)
+            .circuit_breaker(CircuitBreakerConfig::builder())
+            .build()
+            .unwrap()
+    };
+    let running = build(false, 100);
+    assert!(
+        !running.diff(&build(false, 100)).has_changes(),
+        "the same rules"
+    );
+    let report = running.reload(&build(true, 200));
+    let classifier = report
+        .changes
+        .iter()
+        .find(|c| c.path == "routes[\"POST /charge\"].classifier")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(matches!(classifier.effect, Effect::NeedsRebuild(_)));
+    let timeout = report
+        .changes
+        .iter()
+        .find(|c| c.path == "routes[\"POST /charge\"].timeout")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(
+        timeout.effect,
+        Effect::InPlace,
+        "the route's own timeout still applies"
+    );
+}

@@ -11,17 +11,18 @@
 //! | the breaker's window (kind or size) | no | its calls cannot move to another window: reported, the rest of the breaker's settings still apply |
 //! | the timeout of routes without one, each route's own timeout | yes, for the same routes | the timeout stage reads them per call |
 //! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::set_limit`](fusebox_limit::LimitHandle::set_limit) |
-//! | anything else: layers added or removed, routes added or removed, a route's slow-call threshold, retry or idempotency, the limit's queue or algorithm, the retry layer's settings, body timeout, deadline propagation, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
+//! | anything else: layers added or removed, routes added or removed, a route's classifier, slow-call threshold, retry or idempotency, the limit's queue or algorithm, the retry layer's settings, body timeout, deadline propagation, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
 //! they started with. Nothing applied can fail a call. The [`Reload`] report says what
 //! changed (each setting, from and to), what was applied in place, what could not be and
 //! why, and what was kept (the breaker's state). [`Policy::diff`] gives the same report
-//! without changing anything: what a reload would do. A classifier given in code is not
-//! compared (the report cannot see into a closure); a policy file's routes name theirs by
-//! their settings, which are compared.
+//! without changing anything: what a reload would do. Each route's classifier is compared
+//! by its `Debug` form: the standard classifier's shows every rule a file can write (a
+//! change needs a rebuild, and is reported); a classifier made from a closure shows none of
+//! what the closure decides, so a change inside one is not seen.
 //!
-//! A policy file is reloaded with [`PolicyFile::reload`](crate::config::PolicyFile::reload)
+//! A policy file is reloaded with `fusebox::config::PolicyFile::reload`
 //! (features `toml` or `yaml`): an invalid file changes nothing and returns every problem,
 //! as `fusebox check` reports them.
 //!
@@ -162,7 +163,7 @@ pub(crate) struct Running<'a, C> {
     timeouts: Option<&'a Timeouts>,
 }
 
-impl<C: Classifier> Policy<C> {
+impl<C: Classifier + fmt::Debug> Policy<C> {
     /// What [`reload`](Policy::reload) with `new` would change, changing nothing.
     pub fn diff(&self, new: &Policy<C>) -> Reload {
         self.compare(new, false)
@@ -613,7 +614,7 @@ fn retry(d: &mut Diff, from: Option<&RetryConfig>, to: Option<&RetryConfig>) {
     );
 }
 
-fn routes<C: Classifier>(d: &mut Diff, old: &RouteTable<C>, new: &RouteTable<C>) {
+fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &RouteTable<C>) {
     const ROUTES: &str =
         "the route table is shared by every stage and fixed when the policy is built";
     for (_, name, _) in old.iter() {
@@ -654,6 +655,16 @@ fn routes<C: Classifier>(d: &mut Diff, old: &RouteTable<C>, new: &RouteTable<C>)
             &route.idempotent_override(),
             ROUTES,
         );
+        // A classifier is compared by what it shows of itself (`Debug`): the standard
+        // classifier shows every rule; one made from a closure shows no rule it holds.
+        if format!("{:?}", was.classifier()) != format!("{:?}", route.classifier()) {
+            d.push(
+                route_path(name, "classifier"),
+                "the running rules".into(),
+                "other rules".into(),
+                Effect::NeedsRebuild(ROUTES),
+            );
+        }
     }
 }
 
