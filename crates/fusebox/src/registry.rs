@@ -417,7 +417,9 @@ impl Registry {
             Command::ForceOpen => handle.force_open(),
             Command::Disable => handle.disable(),
             Command::MetricsOnly => handle.metrics_only(),
-            _ => handle.reset(),
+            Command::Reset => handle.reset(),
+            // An order of a later release that this registry does not know to carry out.
+            _ => return Err(CommandError::Unsupported),
         }
         Ok(Commanded {
             from,
@@ -829,6 +831,8 @@ pub enum CommandError {
     NotKeyed,
     /// The keyed breaker holds no such key.
     UnknownKey,
+    /// The registry does not carry out this command.
+    Unsupported,
 }
 
 impl fmt::Display for CommandError {
@@ -839,6 +843,7 @@ impl fmt::Display for CommandError {
             CommandError::KeyRequired => "the entry's breaker is keyed: name a key",
             CommandError::NotKeyed => "the entry's breaker is not keyed: name no key",
             CommandError::UnknownKey => "the keyed breaker holds no such key",
+            CommandError::Unsupported => "the registry does not carry out this command",
         })
     }
 }
