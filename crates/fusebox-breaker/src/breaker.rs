@@ -2,10 +2,11 @@
 //! clock, and the per-call bookkeeping (`Guard`) that turns a finished call into exactly one
 //! record or release.
 
+use crate::config::CircuitBreakerConfig;
 use crate::events::{CallKind, EventSink};
 use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
-use crate::store::Store;
+use crate::store::{Reconfigure, Store};
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::Answer;
 use fusebox_classify::{
@@ -16,8 +17,8 @@ use http::{HeaderMap, StatusCode};
 use std::error::Error;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -28,7 +29,9 @@ pub(crate) struct Breaker<C, St> {
     pub(crate) name: Arc<str>,
     pub(crate) key: Option<Arc<str>>,
     pub(crate) events: EventSink,
-    pub(crate) count_overloaded: bool,
+    /// Whether a local [`Overloaded`](fusebox_classify::error::Overloaded) counts as a
+    /// failure; read only when a call ended in an error, changed by a reload.
+    count_overloaded: AtomicBool,
     needs_end_time: bool,
     /// Per route (by [`RouteId`](fusebox_classify::RouteId) index): its slow-call
     /// threshold, if any. Read at admission to stamp the guard with the instant its call
@@ -71,7 +74,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             name,
             key,
             events,
-            count_overloaded,
+            count_overloaded: AtomicBool::new(count_overloaded),
             needs_end_time,
             slow_after,
             touched: AtomicBool::new(true),
@@ -218,7 +221,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             self.table.route(call.route()).classifier(),
             call,
             error,
-            self.count_overloaded,
+            self.count_overloaded.load(Ordering::Relaxed),
         )
     }
 
@@ -484,6 +487,8 @@ pub(crate) trait Control: Send + Sync + 'static {
     fn name(&self) -> &Arc<str>;
     fn key(&self) -> Option<&Arc<str>>;
     fn events(&self) -> &EventSink;
+    fn config(&self) -> Option<Arc<CircuitBreakerConfig>>;
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure>;
 }
 
 impl<C: Classifier, St: Store> Control for Breaker<C, St> {
@@ -501,6 +506,15 @@ impl<C: Classifier, St: Store> Control for Breaker<C, St> {
     }
     fn events(&self) -> &EventSink {
         &self.events
+    }
+    fn config(&self) -> Option<Arc<CircuitBreakerConfig>> {
+        self.store.config()
+    }
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        self.store.reconfigure(config)?;
+        self.count_overloaded
+            .store(config.count_overloaded, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -568,6 +582,63 @@ impl BreakerHandle {
     /// Every event from now on (for a keyed breaker: every key's).
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.control.events().subscribe()
+    }
+
+    /// The configuration the breaker judges by now (its thresholds, waits and probe
+    /// budget), where its store keeps one (the memory store does; `fusebox-redis`'s does not).
+    pub fn config(&self) -> Option<Arc<CircuitBreakerConfig>> {
+        self.control.config()
+    }
+
+    /// Judges by `config` from the next call on, keeping the state, the generation and the
+    /// window (see [`Store::reconfigure`]): thresholds, minimum calls, consecutive
+    /// failures, open wait (an open wait already running keeps its end), probe budget,
+    /// half-open wait, what closing does, `count_overloaded`. The name is not changed.
+    /// Refused, changing nothing, when the window's kind or size differs
+    /// ([`Reconfigure::WindowChanged`]) or the store cannot change its settings in place.
+    pub fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        self.control.reconfigure(config)
+    }
+
+    /// A handle that does not keep the breaker alive: for a list of the breakers a process
+    /// has built (such as the `fusebox` facade's registry), which must not outlive them.
+    pub fn downgrade(&self) -> WeakBreakerHandle {
+        WeakBreakerHandle {
+            control: Arc::downgrade(&self.control),
+        }
+    }
+}
+
+/// A [`BreakerHandle`] that does not keep its breaker alive ([`BreakerHandle::downgrade`]):
+/// [`upgrade`](WeakBreakerHandle::upgrade) gives the handle back while the breaker's layer
+/// or any of its services is still alive, and `None` once they have all been dropped.
+#[derive(Clone)]
+pub struct WeakBreakerHandle {
+    control: Weak<dyn Control>,
+}
+
+impl WeakBreakerHandle {
+    /// The handle, if the breaker is still alive.
+    pub fn upgrade(&self) -> Option<BreakerHandle> {
+        self.control.upgrade().map(BreakerHandle::new)
+    }
+
+    /// Whether the breaker is still alive.
+    pub fn is_alive(&self) -> bool {
+        self.control.strong_count() > 0
+    }
+}
+
+impl fmt::Debug for WeakBreakerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.upgrade() {
+            Some(handle) => f
+                .debug_struct("WeakBreakerHandle")
+                .field("name", &handle.name())
+                .field("key", &handle.key())
+                .finish(),
+            None => f.write_str("WeakBreakerHandle(dropped)"),
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::future::ResponseBody;
 use crate::state::{Command, State};
-use crate::store::{MakeStore, Store, StoreSpec};
+use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
@@ -301,7 +301,8 @@ impl<K: Hash + Eq + Clone, C, St: Store> Shard<K, C, St> {
 pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
     key_fn: F,
     table: RouteTable<C>,
-    config: Arc<CircuitBreakerConfig>,
+    /// What new keys' breakers are made with (a reload changes it; read when a key is made).
+    config: Mutex<Arc<CircuitBreakerConfig>>,
     clock: Clock,
     make: M,
     events: EventSink,
@@ -332,7 +333,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
         KeyedShared {
             key_fn,
             table,
-            config,
+            config: Mutex::new(config),
             clock,
             make,
             events,
@@ -390,7 +391,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
         let breaker = shard.overflow.get_or_insert_with(|| {
             tracing::warn!(
                 target: "fusebox::breaker",
-                breaker = &*self.config.name,
+                breaker = &**self.events.name(),
                 keys = shard.map.len(),
                 "keyed breaker: a shard is full of breakers that are not closed or are in use; new keys share its overflow breaker"
             );
@@ -402,8 +403,9 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
     fn make_breaker(&self, name: Arc<str>) -> Entry<C, M::Store> {
         // The key's own metric series, which go with its breaker.
         let events = self.events.for_key(Arc::clone(&name));
+        let config = self.config();
         let store = self.make.make_store(StoreSpec {
-            config: Arc::clone(&self.config),
+            config: Arc::clone(&config),
             key: Some(Arc::clone(&name)),
             clock: self.clock,
             events: events.clone(),
@@ -412,11 +414,15 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             self.table.clone(),
             store,
             self.clock,
-            Arc::clone(&self.config.name),
+            Arc::clone(&config.name),
             Some(name),
             events,
-            self.config.count_overloaded,
+            config.count_overloaded,
         ))
+    }
+
+    fn config(&self) -> Arc<CircuitBreakerConfig> {
+        Arc::clone(&self.config.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Sweeps idle keys when `idle` has passed since the shard's last sweep.
@@ -491,7 +497,7 @@ impl<F: KeyFn, C, M: MakeStore> Clone for KeyedCircuitBreakerLayer<F, C, M> {
 impl<F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreakerLayer<F, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreakerLayer")
-            .field("breaker", &self.shared.config.name)
+            .field("breaker", self.shared.events.name())
             .field(
                 "max_keys",
                 &(self.shared.per_shard * self.shared.shards.len()),
@@ -545,7 +551,7 @@ impl<F: KeyFn, C, M: MakeStore> Clone for KeyedStage<F, C, M> {
 impl<F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedStage<F, C, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedStage")
-            .field("breaker", &self.shared.config.name)
+            .field("breaker", self.shared.events.name())
             .finish()
     }
 }
@@ -627,7 +633,7 @@ impl<S: fmt::Debug, F: KeyFn, C, M: MakeStore> fmt::Debug for KeyedCircuitBreake
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyedCircuitBreaker")
             .field("inner", self.staged.get_ref())
-            .field("breaker", &self.staged.stage().shared.config.name)
+            .field("breaker", self.staged.stage().shared.events.name())
             .finish()
     }
 }
@@ -692,6 +698,8 @@ trait KeyedControl<K>: Send + Sync + 'static {
     fn command_all(&self, command: Command);
     fn overflow(&self) -> Vec<BreakerHandle>;
     fn events(&self) -> &EventSink;
+    fn config(&self) -> Arc<CircuitBreakerConfig>;
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure>;
 }
 
 impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared<F, C, M> {
@@ -750,6 +758,37 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared
 
     fn events(&self) -> &EventSink {
         &self.events
+    }
+
+    fn config(&self) -> Arc<CircuitBreakerConfig> {
+        KeyedShared::config(self)
+    }
+
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        if config.window != self.config().window {
+            return Err(Reconfigure::WindowChanged);
+        }
+        *self.config.lock().unwrap_or_else(PoisonError::into_inner) = Arc::clone(config);
+        // Keys made from now on take the new settings; the keys held take them in place.
+        // Collected first: no shard's lock is held while a store takes its own.
+        let mut result = Ok(());
+        for shard in self.shards.iter() {
+            let breakers: Vec<_> = {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard
+                    .map
+                    .values()
+                    .map(|slot| Arc::clone(&slot.breaker))
+                    .chain(shard.overflow.clone())
+                    .collect()
+            };
+            for b in breakers {
+                if let Err(e) = Control::reconfigure(&*b, config) {
+                    result = Err(e);
+                }
+            }
+        }
+        result
     }
 }
 
@@ -823,6 +862,62 @@ impl<K: 'static> KeyedBreakerHandle<K> {
     /// Every event of every key from now on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.keys.events().subscribe()
+    }
+
+    /// The settings new keys' breakers are made with (the keys held judge by their own:
+    /// [`BreakerHandle::config`]; a reload keeps them the same).
+    pub fn config(&self) -> Arc<CircuitBreakerConfig> {
+        self.keys.config()
+    }
+
+    /// Judges every key by `config` from the next call on, and makes new keys with it
+    /// (see [`BreakerHandle::reconfigure`]). Refused, changing nothing, when the window's
+    /// kind or size differs; a key whose store cannot change its settings in place keeps
+    /// its old ones, and the error says so ([`Reconfigure::Unsupported`]).
+    pub fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        self.keys.reconfigure(config)
+    }
+
+    /// The keyed breaker's name.
+    pub fn name(&self) -> &str {
+        self.keys.events().name()
+    }
+
+    /// A handle that does not keep the keyed breaker alive (see
+    /// [`BreakerHandle::downgrade`]).
+    pub fn downgrade(&self) -> WeakKeyedBreakerHandle<K> {
+        WeakKeyedBreakerHandle {
+            keys: Arc::downgrade(&self.keys),
+        }
+    }
+}
+
+/// A [`KeyedBreakerHandle`] that does not keep its keyed breaker alive
+/// ([`KeyedBreakerHandle::downgrade`]).
+pub struct WeakKeyedBreakerHandle<K: 'static> {
+    keys: std::sync::Weak<dyn KeyedControl<K>>,
+}
+
+impl<K: 'static> WeakKeyedBreakerHandle<K> {
+    /// The handle, if the keyed breaker is still alive.
+    pub fn upgrade(&self) -> Option<KeyedBreakerHandle<K>> {
+        self.keys.upgrade().map(|keys| KeyedBreakerHandle { keys })
+    }
+}
+
+impl<K: 'static> Clone for WeakKeyedBreakerHandle<K> {
+    fn clone(&self) -> Self {
+        WeakKeyedBreakerHandle {
+            keys: self.keys.clone(),
+        }
+    }
+}
+
+impl<K: 'static> fmt::Debug for WeakKeyedBreakerHandle<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakKeyedBreakerHandle")
+            .field("alive", &(self.keys.strong_count() > 0))
+            .finish()
     }
 }
 

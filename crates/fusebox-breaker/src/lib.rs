@@ -91,7 +91,7 @@ pub mod state;
 pub mod store;
 pub mod window;
 
-pub use crate::breaker::BreakerHandle;
+pub use crate::breaker::{BreakerHandle, WeakBreakerHandle};
 
 /// What the breaker's stages hold for a call ([`BreakerStage`], [`KeyedStage`],
 /// [`PlainStage`]; see `fusebox_classify::stage`): the admitted call's
@@ -109,7 +109,7 @@ pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};
 pub use crate::keyed::{
     ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
-    KeyedResponseFuture, KeyedStage, RequestHead, host_key, host_of,
+    KeyedResponseFuture, KeyedStage, RequestHead, WeakKeyedBreakerHandle, host_key, host_of,
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture, PlainStage};
@@ -117,7 +117,7 @@ pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFutur
 pub use crate::section::CircuitBreakerSection;
 pub use crate::service::{BreakerStage, CircuitBreaker};
 pub use crate::state::{Command, Reason, Snapshot, State, Transition};
-pub use crate::store::{InMemory, MakeStore, MemoryStore, Store};
+pub use crate::store::{InMemory, MakeStore, MemoryStore, Reconfigure, Store};
 pub use crate::window::WindowTotals;
 pub use fusebox_classify::error::CircuitOpen;
 

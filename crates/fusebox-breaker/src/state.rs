@@ -393,6 +393,12 @@ impl OpenJitter {
         }
     }
 
+    /// Draws from `0..=max` from now on (a reloaded configuration's jitter), keeping the
+    /// random numbers' sequence.
+    pub(crate) fn set_max(&mut self, max: Duration) {
+        self.max_nanos = fusebox_classify::clock::duration_nanos(max);
+    }
+
     /// The jitter of the next opening.
     pub fn draw(&mut self) -> Duration {
         Duration::from_nanos(if self.max_nanos == 0 {
@@ -449,6 +455,29 @@ impl Machine {
 
     pub(crate) fn state(&self) -> State {
         self.state
+    }
+
+    /// The configuration the machine judges by.
+    pub(crate) fn config(&self) -> &Arc<CircuitBreakerConfig> {
+        &self.cfg
+    }
+
+    /// Judges by `cfg` from now on — thresholds, minimum calls, consecutive failures, open
+    /// wait and its jitter and growth, probe budget, half-open wait, what closing does —
+    /// keeping the state, the generation, the window and the trips so far. An open wait
+    /// already running keeps its end; the next one is drawn from `cfg`. Refused (and
+    /// `cfg` handed back) when the window's shape differs: a window of another kind or
+    /// size cannot take the calls this one holds.
+    pub(crate) fn reconfigure(
+        &mut self,
+        cfg: Arc<CircuitBreakerConfig>,
+    ) -> Result<(), Arc<CircuitBreakerConfig>> {
+        if cfg.window != self.cfg.window {
+            return Err(cfg);
+        }
+        self.jitter.set_max(cfg.open_wait_jitter);
+        self.cfg = cfg;
+        Ok(())
     }
 
     pub(crate) fn generation(&self) -> u64 {

@@ -75,6 +75,42 @@ pub trait Store: Send + Sync + 'static {
     /// Whether recording needs the time the call took even when no route has a slow-call
     /// threshold (a time window does).
     fn needs_end_time(&self) -> bool;
+
+    /// The configuration the store judges by now, where it keeps one (the memory store
+    /// does; the default keeps none).
+    fn config(&self) -> Option<Arc<CircuitBreakerConfig>> {
+        None
+    }
+
+    /// Judges by `config` from the next call on, keeping the breaker's state, generation
+    /// and window (a reload of a running breaker). Only settings that a running window can
+    /// take change this way; the store refuses, changing nothing, when the window's shape
+    /// differs ([`Reconfigure::WindowChanged`]) or when it cannot change its settings in
+    /// place ([`Reconfigure::Unsupported`], the default).
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        let _ = config;
+        Err(Reconfigure::Unsupported)
+    }
+}
+
+/// Why a store did not take a new configuration in place ([`Store::reconfigure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reconfigure {
+    /// The window's kind or size differs: its calls cannot move to the new window, so the
+    /// breaker must be built anew (with an empty window) to take it.
+    WindowChanged,
+    /// The store cannot change its settings while running.
+    Unsupported,
+}
+
+impl fmt::Display for Reconfigure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reconfigure::WindowChanged => "the window's kind or size changed",
+            Reconfigure::Unsupported => "the store cannot change its settings while running",
+        })
+    }
 }
 
 /// What a store is made for: one breaker (or one key of a keyed breaker).
@@ -208,8 +244,9 @@ impl std::ops::DerefMut for Locked {
 /// A breaker's state in this process.
 pub struct MemoryStore {
     hot: Hot,
-    /// What a call rejected while FORCED_OPEN is told to wait: the configured open wait.
-    forced_retry_after: Duration,
+    /// What a call rejected while FORCED_OPEN is told to wait: the configured open wait
+    /// (nanoseconds; changed by a reload).
+    forced_retry_after: AtomicU64,
     machine: Mutex<Locked>,
     timed: bool,
     clock: Clock,
@@ -232,7 +269,9 @@ impl MemoryStore {
     /// A store in CLOSED with an empty window.
     pub fn new(spec: StoreSpec) -> Self {
         let timed = matches!(spec.config.window, crate::config::WindowConfig::Time { .. });
-        let forced_retry_after = spec.config.open_wait;
+        let forced_retry_after = AtomicU64::new(fusebox_classify::clock::duration_nanos(
+            spec.config.open_wait,
+        ));
         spec.events.thresholds(&spec.config);
         let machine = Machine::new(spec.config, spec.clock.now());
         MemoryStore {
@@ -289,7 +328,7 @@ impl MemoryStore {
             // Held open by an operator: nothing to check, nothing to lock.
             self.events.rejected();
             return Err(Rejected {
-                retry_after: self.forced_retry_after,
+                retry_after: Duration::from_nanos(self.forced_retry_after.load(Ordering::Relaxed)),
                 half_open: false,
             });
         }
@@ -436,6 +475,22 @@ impl Store for MemoryStore {
 
     fn needs_end_time(&self) -> bool {
         self.timed
+    }
+
+    fn config(&self) -> Option<Arc<CircuitBreakerConfig>> {
+        Some(Arc::clone(self.lock().config()))
+    }
+
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        let mut m = self.lock();
+        m.reconfigure(Arc::clone(config))
+            .map_err(|_| Reconfigure::WindowChanged)?;
+        self.events.thresholds(config);
+        self.forced_retry_after.store(
+            fusebox_classify::clock::duration_nanos(config.open_wait),
+            Ordering::Relaxed,
+        );
+        Ok(())
     }
 }
 

@@ -374,8 +374,15 @@ impl<C> Clone for RouteTable<C> {
 }
 
 impl Default for RouteTable<StandardClassifier> {
+    /// One route with the standard classifier and no settings of its own. Made once per
+    /// process and shared (a table is immutable, and cloning one copies a pointer): every
+    /// layer builder starts from it, and most are given a table of their own at once.
     fn default() -> Self {
-        RouteTable::single(Route::default())
+        static DEFAULT: std::sync::OnceLock<RouteTable<StandardClassifier>> =
+            std::sync::OnceLock::new();
+        DEFAULT
+            .get_or_init(|| RouteTable::single(Route::default()))
+            .clone()
     }
 }
 

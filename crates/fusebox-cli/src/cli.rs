@@ -250,8 +250,15 @@ pub struct CheckArgs {
     pub file: PathBuf,
     /// Print the effective policies as a policy file in JSON (every setting written out;
     /// for a scenario, its policy) instead of the text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "diff")]
     pub json: bool,
+    /// Show what reloading FILE into services running the policies of RUNNING would
+    /// change: each setting that differs, whether it applies in place (the breaker keeps
+    /// its state) or needs a rebuild, and why. Both files are checked first; any problem
+    /// in either is reported and nothing is compared. Exits 0 when every change applies
+    /// in place, 1 when one needs a rebuild.
+    #[arg(long, value_name = "RUNNING")]
+    pub diff: Option<PathBuf>,
 }
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
@@ -586,6 +593,9 @@ fn write_json(to: &JsonTo, value: &impl serde::Serialize, say: fn(&str)) -> Resu
 }
 
 fn run_check(a: CheckArgs) -> Result<(), Failure> {
+    if let Some(running) = &a.diff {
+        return run_diff(running, &a.file);
+    }
     let src = SourceFile::read(&a.file)?;
     let is_scenario = toml::from_str::<toml::Table>(src.text())
         .map(|t| t.contains_key("phases"))
@@ -614,6 +624,100 @@ fn run_check(a: CheckArgs) -> Result<(), Failure> {
         stdout_line(describe_policy(p).trim_end());
     }
     Ok(())
+}
+
+/// `fusebox check --diff RUNNING FILE`: what reloading `file` into the policies of
+/// `running` would change.
+fn run_diff(running: &Path, file: &Path) -> Result<(), Failure> {
+    let (old_src, new_src) = (SourceFile::read(running), SourceFile::read(file));
+    let mut problems = Vec::new();
+    let mut load = |src: Result<SourceFile, InputError>| match src {
+        Ok(src) => match load_policy_file(&src) {
+            Ok(p) => Some((src, p)),
+            Err(e) => {
+                problems.extend(e);
+                None
+            }
+        },
+        Err(e) => {
+            problems.push(e);
+            None
+        }
+    };
+    let (old, new) = (load(old_src), load(new_src));
+    let (Some((old_src, old)), Some((new_src, new))) = (old, new) else {
+        return Err(Failure::Input(problems));
+    };
+    let text = diff_text(&old, &new);
+    stdout_line(&format!(
+        "{} → {}: {}",
+        old_src.name(),
+        new_src.name(),
+        text.summary
+    ));
+    for block in &text.blocks {
+        stdout_line("");
+        stdout_line(block.trim_end());
+    }
+    if text.complete {
+        Ok(())
+    } else {
+        Err(Failure::Failed(
+            "some changes cannot be applied in place: a rebuild would start those breakers over"
+                .into(),
+        ))
+    }
+}
+
+/// What `fusebox check --diff` prints.
+struct DiffText {
+    summary: String,
+    blocks: Vec<String>,
+    complete: bool,
+}
+
+fn diff_text(old: &Policies, new: &Policies) -> DiffText {
+    let mut blocks = Vec::new();
+    let (mut changes, mut rebuild) = (0, 0);
+    for p in &old.policies {
+        match new.policies.iter().find(|n| n.name == p.name) {
+            Some(n) => {
+                let report = p.policy().diff(n.policy());
+                changes += report.changes.len();
+                rebuild += report.needs_rebuild().count();
+                blocks.push(report.to_string());
+            }
+            None => {
+                rebuild += 1;
+                blocks.push(format!(
+                    "policy {:?}: removed (needs a rebuild: the services built with it keep running it)",
+                    p.name
+                ));
+            }
+        }
+    }
+    for n in &new.policies {
+        if !old.policies.iter().any(|p| p.name == n.name) {
+            rebuild += 1;
+            blocks.push(format!(
+                "policy {:?}: added (needs a rebuild: no running service has it)",
+                n.name
+            ));
+        }
+    }
+    let summary = match (changes, rebuild) {
+        (0, 0) => "no changes".to_owned(),
+        (c, 0) => format!("{c} change{}, all in place", if c == 1 { "" } else { "s" }),
+        (c, r) => format!(
+            "{c} change{}, {r} needing a rebuild",
+            if c == 1 { "" } else { "s" }
+        ),
+    };
+    DiffText {
+        summary,
+        blocks,
+        complete: rebuild == 0,
+    }
 }
 
 fn describe_scenario(s: &Scenario, file: &str) -> String {

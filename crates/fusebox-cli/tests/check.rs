@@ -183,3 +183,77 @@ fn a_scenarios_policy_says_where_its_settings_are_written() {
     run.assert_code(0);
     run.assert_stdout(&["from policy.default_route"]);
 }
+
+#[test]
+fn check_diff_shows_what_a_reload_would_change_and_what_needs_a_rebuild() {
+    let dir = scratch("check-diff");
+    let running = std::fs::read_to_string(EXAMPLE).expect("the example file");
+
+    // Thresholds and a timeout: all in place.
+    let tuned = running
+        .replace(
+            "failure_rate_threshold = 25 ",
+            "failure_rate_threshold = 30 ",
+        )
+        .replace("default_timeout = \"2s\"", "default_timeout = \"3s\"");
+    assert_ne!(tuned, running, "the edits apply to the example");
+    let new = write(&dir, "tuned.toml", &tuned);
+    let run = fusebox(&dir, &["check", "--diff", EXAMPLE, &new]);
+    run.assert_code(0);
+    let out = &run.stdout;
+    assert!(
+        out.lines().next().unwrap().ends_with("all in place"),
+        "{out}"
+    );
+    let fraud: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("policy \"fraud-eu\""))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_line(
+        &fraud,
+        &["breaker.failure_rate_threshold: 25 → 30", "(in place)"],
+    );
+    assert_line(&fraud, &["timeout.default_timeout: 2s → 3s", "(in place)"]);
+    assert_line(&fraud, &["would keep: breaker state closed"]);
+
+    // Another window size: reported as needing a rebuild, with why, and exit 1.
+    let wider = running.replace("count_window = 100", "count_window = 200");
+    let new = write(&dir, "wider.toml", &wider);
+    let run = fusebox(&dir, &["check", "--diff", EXAMPLE, &new]);
+    run.assert_code(1);
+    let out = &run.stdout;
+    assert!(out.contains("needing a rebuild"), "{out}");
+    assert!(
+        out.contains("breaker.window: Count { size: 100 } → Count { size: 200 }  (needs a rebuild: the window's kind or size changed"),
+        "{out}"
+    );
+
+    // The same file: no changes.
+    let run = fusebox(&dir, &["check", "--diff", EXAMPLE, EXAMPLE]);
+    run.assert_code(0);
+    assert!(
+        run.stdout.lines().next().unwrap().ends_with("no changes"),
+        "{}",
+        run.stdout
+    );
+
+    // An invalid new file: every problem, nothing compared.
+    let broken = running
+        .replace(
+            "failure_rate_threshold = 25 ",
+            "failure_rate_threshold = 250 ",
+        )
+        .replace("max_concurrency = 64", "max_concurency = 64");
+    let new = write(&dir, "broken.toml", &broken);
+    let run = fusebox(&dir, &["check", "--diff", EXAMPLE, &new]);
+    run.assert_code(2);
+    let err = &run.stderr;
+    assert!(err.contains("failure_rate_threshold"), "{err}");
+    assert!(err.contains("max_concurency"), "{err}");
+    assert!(
+        !run.stdout.contains("→"),
+        "nothing compared: {}",
+        run.stdout
+    );
+}

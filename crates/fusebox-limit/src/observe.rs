@@ -22,7 +22,7 @@ use crate::limiter::Observe;
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
 use metrics::{Counter, Gauge};
 use std::fmt;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Once, Weak};
 
 /// Gauge: the limit enforced now.
 pub const LIMIT: &str = "fusebox_limit_limit";
@@ -150,6 +150,37 @@ impl LimitHandle {
     /// ```
     pub fn set_limit(&self, limit: usize) -> bool {
         self.inner.set_limit(limit)
+    }
+}
+
+impl LimitHandle {
+    /// A handle that does not keep the limit alive: for a list of the limits a process has
+    /// built (such as the `fusebox` facade's registry), which must not outlive them.
+    pub fn downgrade(&self) -> WeakLimitHandle {
+        WeakLimitHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+}
+
+/// A [`LimitHandle`] that does not keep its limit alive ([`LimitHandle::downgrade`]).
+#[derive(Clone)]
+pub struct WeakLimitHandle {
+    inner: Weak<dyn Observe>,
+}
+
+impl WeakLimitHandle {
+    /// The handle, while the limit's layer or any of its services is alive.
+    pub fn upgrade(&self) -> Option<LimitHandle> {
+        self.inner.upgrade().map(LimitHandle::new)
+    }
+}
+
+impl fmt::Debug for WeakLimitHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakLimitHandle")
+            .field("alive", &(self.inner.strong_count() > 0))
+            .finish()
     }
 }
 

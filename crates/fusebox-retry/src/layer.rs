@@ -5,7 +5,7 @@ use crate::config::RetryConfig;
 use crate::service::{Retry, Shared};
 use fusebox_classify::{Classifier, ConfigError, RouteTable, StandardClassifier};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use tower_layer::Layer;
 
 /// Wraps services in [`Retry`]: retries within a budget, classified per route.
@@ -80,6 +80,92 @@ impl<C> RetryBudgetLayer<C> {
     /// The route table.
     pub fn routes(&self) -> &RouteTable<C> {
         &self.shared.routes
+    }
+}
+
+impl<C: Send + Sync + 'static> RetryBudgetLayer<C> {
+    /// A handle on the layer's budget and settings, whatever its classifier: for
+    /// dashboards and lists of what a process runs (such as the `fusebox` facade's
+    /// registry). Cheap to clone; it keeps the budget alive.
+    pub fn handle(&self) -> RetryHandle {
+        RetryHandle {
+            shared: Arc::clone(&self.shared) as Arc<dyn View>,
+        }
+    }
+}
+
+/// What a [`RetryHandle`] reads, whatever the classifier.
+trait View: Send + Sync + 'static {
+    fn config(&self) -> &RetryConfig;
+    fn budget(&self) -> &RetryBudget;
+}
+
+impl<C: Send + Sync + 'static> View for Shared<C> {
+    fn config(&self) -> &RetryConfig {
+        &self.config
+    }
+    fn budget(&self) -> &RetryBudget {
+        &self.budget
+    }
+}
+
+/// A retry layer's budget and settings ([`RetryBudgetLayer::handle`]).
+#[derive(Clone)]
+pub struct RetryHandle {
+    shared: Arc<dyn View>,
+}
+
+impl RetryHandle {
+    /// The layer's name.
+    pub fn name(&self) -> &str {
+        self.shared.config().name()
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RetryConfig {
+        self.shared.config()
+    }
+
+    /// The budget every service of the layer spends from.
+    pub fn budget(&self) -> &RetryBudget {
+        self.shared.budget()
+    }
+
+    /// A handle that does not keep the budget alive.
+    pub fn downgrade(&self) -> WeakRetryHandle {
+        WeakRetryHandle {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+}
+
+impl fmt::Debug for RetryHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RetryHandle")
+            .field("name", &self.name())
+            .field("budget", &self.budget().snapshot())
+            .finish()
+    }
+}
+
+/// A [`RetryHandle`] that does not keep the budget alive ([`RetryHandle::downgrade`]).
+#[derive(Clone)]
+pub struct WeakRetryHandle {
+    shared: Weak<dyn View>,
+}
+
+impl WeakRetryHandle {
+    /// The handle, while the layer or any of its services is alive.
+    pub fn upgrade(&self) -> Option<RetryHandle> {
+        self.shared.upgrade().map(|shared| RetryHandle { shared })
+    }
+}
+
+impl fmt::Debug for WeakRetryHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakRetryHandle")
+            .field("alive", &(self.shared.strong_count() > 0))
+            .finish()
     }
 }
 

@@ -121,6 +121,15 @@ impl TimeoutConfig {
         self.deadline_header.as_ref()
     }
 
+    /// The same configuration with `timeout` for routes that have none (a reloaded
+    /// policy's running settings; a zero timeout is kept as it was).
+    pub fn with_default_timeout(mut self, timeout: Duration) -> Self {
+        if !timeout.is_zero() {
+            self.default_timeout = timeout;
+        }
+        self
+    }
+
     /// Whether a call with a deadline writes any header downstream.
     pub(crate) fn propagates(&self) -> bool {
         self.propagate_grpc_timeout || self.deadline_header.is_some()

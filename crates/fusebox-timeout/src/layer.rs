@@ -3,6 +3,7 @@
 
 use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::service::{BodyTimeout, IncomingDeadline, RouteNames, Timeout};
+use crate::table::Timeouts;
 use fusebox_classify::{Classifier, ConfigError, RouteTable, StandardClassifier};
 use tower_layer::Layer;
 
@@ -19,6 +20,8 @@ pub struct TimeoutLayer<C = StandardClassifier> {
     /// The routes' names, made once for every service the layer builds.
     names: RouteNames,
     config: TimeoutConfig,
+    /// Each route's timeout, shared by every service the layer builds (a reload sets it).
+    timeouts: Timeouts,
 }
 
 impl TimeoutLayer {
@@ -28,6 +31,7 @@ impl TimeoutLayer {
         let routes = RouteTable::default();
         TimeoutLayer {
             names: RouteNames::new(&routes, config.name()),
+            timeouts: Timeouts::new(&routes, &config),
             routes,
             config,
         }
@@ -63,6 +67,7 @@ impl<C: Classifier> TimeoutLayerBuilder<C> {
     pub fn build(self) -> Result<TimeoutLayer<C>, ConfigError> {
         Ok(TimeoutLayer {
             names: RouteNames::new(&self.routes, self.config.name()),
+            timeouts: Timeouts::new(&self.routes, &self.config),
             routes: self.routes,
             config: self.config,
         })
@@ -100,6 +105,7 @@ impl<S, C: Classifier> Layer<S> for TimeoutLayer<C> {
             self.names.clone(),
             self.routes.clone(),
             self.config.clone(),
+            self.timeouts.clone(),
         )
     }
 }

@@ -140,6 +140,7 @@ mod layer;
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 mod section;
 mod service;
+mod table;
 pub mod telemetry;
 
 pub use crate::body::TimeoutBody;
@@ -153,6 +154,7 @@ pub use crate::layer::{
 #[cfg(feature = "serde")]
 pub use crate::section::{DeadlineSection, TimeoutSection};
 pub use crate::service::{BodyTimeout, IncomingDeadline, Timeout, TimeoutStage};
+pub use crate::table::Timeouts;
 
 /// What the timeout's stage ([`TimeoutStage`]) holds for a call, and what
 /// [`Timeout::bound`] hands out for a caller that drives the timeout by hand. Using the

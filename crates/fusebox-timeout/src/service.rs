@@ -4,6 +4,7 @@ use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::future::{BodyFuture, Bound, ResponseFuture, Timed};
+use crate::table::Timeouts;
 use crate::telemetry::{self, RouteSeries};
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
@@ -107,9 +108,17 @@ pub struct TimeoutStage<C> {
     routes: RouteTable<C>,
     names: RouteNames,
     config: TimeoutConfig,
+    /// Each route's timeout as calls read it (changed in place by a reload).
+    timeouts: Timeouts,
 }
 
 impl<C> TimeoutStage<C> {
+    /// Each route's timeout as this stage reads it, per call: set a new value there to
+    /// change the timeout of the calls that start from then on.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
     /// Writes the budget of a call with a deadline into the request's headers (never
     /// loosening a stricter value the request already carries). Allocates: only called
     /// for requests that carry a deadline.
@@ -182,15 +191,18 @@ impl<S, C: Classifier> Timeout<S, C> {
     /// Wraps `inner`.
     pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
         let names = RouteNames::new(&routes, config.name());
-        Timeout::with_names(inner, names, routes, config)
+        let timeouts = Timeouts::new(&routes, &config);
+        Timeout::with_names(inner, names, routes, config, timeouts)
     }
 
-    /// Wraps `inner`, with the names the layer made of `routes`.
+    /// Wraps `inner`, with the names the layer made of `routes` and the timeouts it shares
+    /// with its other services.
     pub(crate) fn with_names(
         inner: S,
         names: RouteNames,
         routes: RouteTable<C>,
         config: TimeoutConfig,
+        timeouts: Timeouts,
     ) -> Self {
         Timeout {
             staged: Staged::new(
@@ -199,6 +211,7 @@ impl<S, C: Classifier> Timeout<S, C> {
                     names,
                     routes,
                     config,
+                    timeouts,
                 },
             ),
         }
@@ -231,6 +244,12 @@ impl<S, C> Timeout<S, C> {
     /// The timeout's stage.
     pub fn stage(&self) -> &TimeoutStage<C> {
         self.staged.stage()
+    }
+
+    /// Each route's timeout as this service (and its clones) read it, per call: set a new
+    /// value there to change the timeout of the calls that start from then on.
+    pub fn timeouts(&self) -> &Timeouts {
+        self.stage().timeouts()
     }
 }
 
@@ -320,11 +339,7 @@ impl<C: Classifier> TimeoutStage<C> {
     #[inline]
     pub fn bound<B>(&self, request: &mut Request<B>) -> Result<Bound, Expired> {
         let id = self.routes.resolve(request);
-        let route_timeout = self
-            .routes
-            .route(id)
-            .timeout_duration()
-            .unwrap_or(self.config.default_timeout());
+        let route_timeout = self.timeouts.get(id);
         let route = self.names.lease(id);
 
         // An empty `Extensions` answers without hashing: no deadline costs one branch.

@@ -10,14 +10,20 @@
 //! - [`breaker`], [`limit`], [`retry`], [`timeout`]: each layer on its own;
 //! - [`classify`]: the Classifier, the route table, and fusebox's shared error types;
 //! - [`metrics`]: every metric name, for dashboards; [`trace`]: every `tracing` target and
-//!   the span of a policy call, for filters and traces.
+//!   the span of a policy call, for filters and traces;
+//! - [`registry`]: a [`Registry`] that lists every policy and layer registered with it —
+//!   breaker states, rates and keys, limits, budgets, effective settings — and answers a
+//!   readiness check over the dependencies marked mandatory;
+//! - [`reload`]: new settings for a running policy ([`Policy::reload`], and a policy file's
+//!   `reload`), keeping its breaker's state, with a report of what changed, what applied in
+//!   place and what needs a rebuild.
 //!
 //! And, behind features that the default build leaves out:
 //!
 //! | feature | what |
 //! |---|---|
 //! | `toml`, `yaml` | `fusebox::config`: policies from files, with defaults and inheritance |
-//! | `axum` | `fusebox::axum`: a Policy in a router, fusebox's errors as 503 / 504 |
+//! | `axum` | `fusebox::axum`: a Policy in a router, fusebox's errors as 503 / 504; `fusebox::admin`: a registry's admin routes (list, force open, disable, metrics-only, reset) behind a credential, and a readiness route |
 //! | `tonic` | `fusebox::tonic`: a Policy around a `Channel` or in a gRPC server, errors as `Status` |
 //! | `hyper-client` | `fusebox::hyper`: a hyper-util client behind a Policy |
 //! | `hyper-rustls` | `fusebox::hyper` over HTTPS: rustls on `ring`, the platform's roots or your own |
@@ -142,6 +148,16 @@ pub use crate::policy::{
     PolicyBuilder, PolicyService, RecoveryRamp,
 };
 
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod registry;
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub use crate::registry::Registry;
+#[cfg(feature = "policy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
+pub mod reload;
+
 #[cfg(any(
     feature = "breaker",
     feature = "limit",
@@ -172,6 +188,10 @@ pub mod config;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub mod axum;
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod admin;
 
 #[cfg(feature = "hyper-client")]
 #[cfg_attr(docsrs, doc(cfg(feature = "hyper-client")))]

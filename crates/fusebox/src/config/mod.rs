@@ -173,6 +173,7 @@ use self::check::{join, unknown_key_among};
 use self::node::Node;
 use self::read::load;
 use crate::policy::{BreakerStore, Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
+use crate::reload::Reload;
 use fusebox_breaker::{BreakerEvent, CircuitBreakerSection};
 use fusebox_classify::section::{RouteSection, Section, count, duration};
 use fusebox_classify::{
@@ -362,6 +363,70 @@ impl PolicyFile {
     /// Builds the policy `name` as the file describes it.
     pub fn build(&self, name: &str) -> Result<Policy, ConfigError> {
         self.policy(name)?.build()
+    }
+
+    /// Applies this file to running policies, each by its name, keeping their breakers'
+    /// state (see [`reload`](crate::reload) for what applies in place and what is
+    /// reported as needing a rebuild), and reports what changed for each.
+    ///
+    /// Everything is checked before anything changes: a policy that is running but not in
+    /// the file, or that the file describes in a way that does not build, fails the whole
+    /// reload with every problem (each under `policies.NAME`), and no policy changes. (A
+    /// file that does not parse or check fails earlier, in [`load`](PolicyFile::load), with
+    /// every problem, as `fusebox check` reports them.) Policies of the file that are not
+    /// given are not built. The fallback *function* is code, not part of the file: the running
+    /// policy keeps its own (the routes the file opts in to it are compared).
+    pub fn reload(&self, running: &[&Policy]) -> Result<Vec<Reload>, ConfigError> {
+        let built = self.build_for(running)?;
+        Ok(running
+            .iter()
+            .zip(&built)
+            .map(|(policy, new)| policy.reload(new))
+            .collect())
+    }
+
+    /// What [`reload`](PolicyFile::reload) would change in `running`, changing nothing.
+    pub fn diff(&self, running: &[&Policy]) -> Result<Vec<Reload>, ConfigError> {
+        let built = self.build_for(running)?;
+        Ok(running
+            .iter()
+            .zip(&built)
+            .map(|(policy, new)| policy.diff(new))
+            .collect())
+    }
+
+    /// Each running policy as this file describes it, or every problem.
+    fn build_for(&self, running: &[&Policy]) -> Result<Vec<Policy>, ConfigError> {
+        let mut built = Vec::new();
+        let mut problems: Option<ConfigError> = None;
+        let mut fail = |e: ConfigError| match &mut problems {
+            Some(all) => all.extend(e),
+            None => problems = Some(e),
+        };
+        for policy in running {
+            let name = policy.name();
+            if !self.policies.iter().any(|(n, _)| n == name) {
+                fail(ConfigError::new(
+                    format!("policies.{name}"),
+                    "is running but not in the file: a reload must describe every policy it is applied to",
+                ));
+                continue;
+            }
+            let mut described = self.read(name);
+            if described.wants_fallback() {
+                // Stands in for the function: a reload never changes which one serves.
+                described =
+                    described.fallback(Fallback::new(|_| http::Response::new(bytes::Bytes::new())));
+            }
+            match described.build() {
+                Ok(p) => built.push(p),
+                Err(e) => fail(e),
+            }
+        }
+        match problems {
+            Some(all) => Err(all),
+            None => Ok(built),
+        }
     }
 
     /// The policy `name` with `defaults` merged in, as the file writes it.

@@ -91,6 +91,7 @@ use fusebox_classify::stage::Staged;
 
 use self::fallback::Armed;
 use self::ramp::Ramp;
+use crate::registry::Registry;
 use fusebox_breaker::{
     BreakerEvent, BreakerHandle, CircuitBreakerConfig, CircuitBreakerConfigBuilder,
     CircuitBreakerLayer, KeyedBreakerHandle, KeyedCircuitBreakerLayer,
@@ -218,6 +219,7 @@ pub struct PolicyBuilder<C = StandardClassifier> {
     fallback: Option<Fallback>,
     fallback_routes: Vec<String>,
     ramp: Option<RecoveryRamp>,
+    registry: Option<Registry>,
 }
 
 impl<C> fmt::Debug for PolicyBuilder<C> {
@@ -258,6 +260,7 @@ impl Policy {
             fallback: None,
             fallback_routes: Vec::new(),
             ramp: None,
+            registry: None,
         }
     }
 }
@@ -290,6 +293,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             fallback: self.fallback,
             fallback_routes: self.fallback_routes,
             ramp: self.ramp,
+            registry: self.registry,
         }
     }
 
@@ -453,6 +457,18 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// [`fallback_route`](PolicyBuilder::fallback_route).
     pub fn wants_fallback(&self) -> bool {
         !self.fallback_routes.is_empty()
+    }
+
+    /// Lists the policy in `registry` once built (see [`Registry`]): its breaker and keys,
+    /// limit, retry budget and timeout, with their states and settings, for an admin page
+    /// or a readiness check. The registry holds the policy weakly: when the policy and every
+    /// service it made are dropped, it is no longer listed. Nothing of this touches a call.
+    ///
+    /// [`build`](PolicyBuilder::build) fails (under `registry`) when the registry already
+    /// lists something alive under the policy's name.
+    pub fn registry(mut self, registry: &Registry) -> Self {
+        self.registry = Some(registry.clone());
+        self
     }
 
     /// A slow start for the concurrency limit after the breaker closes.
@@ -660,24 +676,33 @@ impl<C: Classifier> PolicyBuilder<C> {
                 timeout.as_ref().map(|t| t.layer(()).stage().clone()),
             ),
         ));
-        Ok(Policy {
+        let timeouts = parts.1.1.as_ref().map(|t| t.timeouts().clone());
+        let policy = Policy {
             inner: Arc::new(PolicyLayers {
-                settings,
-                retry,
-                breaker,
-                limit,
-                timeout,
-                store,
                 parts,
                 shared: Arc::new(Shared {
+                    timeouts,
+                    reloaded: Default::default(),
                     name: self.name,
                     routes,
                     key: span_key,
                     fallback,
                     ramp,
+                    settings,
+                    retry,
+                    breaker,
+                    limit,
+                    timeout,
+                    store,
                 }),
             }),
-        })
+        };
+        if let Some(registry) = &self.registry {
+            registry
+                .register(&policy)
+                .map_err(|e| e.prefixed("registry"))?;
+        }
+        Ok(policy)
     }
 }
 
@@ -688,7 +713,11 @@ pub(crate) enum BreakerLayer<C> {
     Keyed(KeyedCircuitBreakerLayer<KeyBy, C, BreakerStore>),
 }
 
-/// What every service of a policy shares.
+/// What every service of a policy shares: what the services read per call (the name, the
+/// routes, the fallback, the ramp), and the layers themselves, which the services reach
+/// through the policy's stages and the retry service but which keep the policy listed in a
+/// [`Registry`](crate::Registry) (it holds a weak reference to this) for as long as any
+/// service of the policy is alive.
 pub(crate) struct Shared<C> {
     pub(crate) name: Arc<str>,
     pub(crate) routes: RouteTable<C>,
@@ -696,6 +725,17 @@ pub(crate) struct Shared<C> {
     pub(crate) key: Option<KeyBy>,
     pub(crate) fallback: Option<Armed>,
     pub(crate) ramp: Option<Arc<Ramp>>,
+    pub(crate) settings: Settings,
+    pub(crate) retry: Option<RetryBudgetLayer<C>>,
+    pub(crate) breaker: BreakerLayer<C>,
+    pub(crate) limit: Option<ConcurrencyLimitLayer<C>>,
+    pub(crate) timeout: Option<TimeoutLayer<C>>,
+    /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
+    pub(crate) store: BreakerStore,
+    /// Each route's timeout as the timeout stage reads it (a reload changes it).
+    pub(crate) timeouts: Option<fusebox_timeout::Timeouts>,
+    /// What reloads changed that the layers' own values do not show.
+    pub(crate) reloaded: std::sync::Mutex<crate::reload::Reloaded>,
 }
 
 /// What a policy was built with beyond its layers' own configurations (for reading it
@@ -712,16 +752,9 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct PolicyLayers<C> {
-    settings: Settings,
-    retry: Option<RetryBudgetLayer<C>>,
-    breaker: BreakerLayer<C>,
-    limit: Option<ConcurrencyLimitLayer<C>>,
-    timeout: Option<TimeoutLayer<C>>,
-    /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
-    store: BreakerStore,
     /// The breaker's, the limit's and the timeout's stages, as every service runs them.
     parts: Arc<PolicyStages<C>>,
-    shared: Arc<Shared<C>>,
+    pub(crate) shared: Arc<Shared<C>>,
 }
 
 /// Retry budget → circuit breaker → concurrency limit → timeout around one route table,
@@ -729,7 +762,7 @@ pub(crate) struct PolicyLayers<C> {
 ///
 /// Cloning is cheap and shares everything: the breaker, the limit, the budget.
 pub struct Policy<C = StandardClassifier> {
-    inner: Arc<PolicyLayers<C>>,
+    pub(crate) inner: Arc<PolicyLayers<C>>,
 }
 
 impl<C> Clone for Policy<C> {
@@ -742,9 +775,9 @@ impl<C> Clone for Policy<C> {
 
 impl<C> fmt::Debug for Policy<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let l = &self.inner;
+        let l = &self.inner.shared;
         f.debug_struct("Policy")
-            .field("name", &l.shared.name)
+            .field("name", &l.name)
             .field("retry", &l.retry.is_some())
             .field(
                 "breaker",
@@ -757,8 +790,8 @@ impl<C> fmt::Debug for Policy<C> {
             .field("limit", &l.limit.is_some())
             .field("timeout", &l.timeout.is_some())
             .field("breaker_store", &l.store)
-            .field("fallback", &l.shared.fallback.is_some())
-            .field("recovery_ramp", &l.shared.ramp.is_some())
+            .field("fallback", &l.fallback.is_some())
+            .field("recovery_ramp", &l.ramp.is_some())
             .finish()
     }
 }
@@ -772,31 +805,36 @@ impl<C: Classifier> Policy<C> {
     /// The breaker's configuration, as built (named after the policy unless named), if the
     /// policy has a breaker.
     pub fn breaker_config(&self) -> Option<&CircuitBreakerConfig> {
-        self.inner.settings.breaker.as_ref()
+        self.inner.shared.settings.breaker.as_ref()
     }
 
     /// How a keyed breaker keys its breakers, if it is keyed.
     pub fn breaker_key(&self) -> Option<&KeyBy> {
-        self.inner.settings.key.as_ref()
+        self.inner.shared.settings.key.as_ref()
     }
 
     /// A keyed breaker's [`max_keys`](PolicyBuilder::max_keys) and
     /// [`idle_timeout`](PolicyBuilder::idle_timeout), where given.
     pub fn breaker_key_limits(&self) -> (Option<usize>, Option<Duration>) {
         (
-            self.inner.settings.max_keys,
-            self.inner.settings.idle_timeout,
+            self.inner.shared.settings.max_keys,
+            self.inner.shared.settings.idle_timeout,
         )
     }
 
     /// The recovery ramp, if the policy has one.
     pub fn recovery_ramp(&self) -> Option<&RecoveryRamp> {
-        self.inner.settings.ramp.as_ref()
+        self.inner.shared.settings.ramp.as_ref()
     }
 
     /// The routes (by name) whose rejections go to the fallback.
     pub fn fallback_routes(&self) -> impl Iterator<Item = &str> {
-        self.inner.settings.fallback.iter().map(String::as_str)
+        self.inner
+            .shared
+            .settings
+            .fallback
+            .iter()
+            .map(String::as_str)
     }
 
     /// The route table every layer reads.
@@ -806,7 +844,7 @@ impl<C: Classifier> Policy<C> {
 
     /// The operator's handle on the breaker (unkeyed breakers).
     pub fn breaker_handle(&self) -> Option<BreakerHandle> {
-        match &self.inner.breaker {
+        match &self.inner.shared.breaker {
             BreakerLayer::Single(b) => Some(b.handle()),
             _ => None,
         }
@@ -814,7 +852,7 @@ impl<C: Classifier> Policy<C> {
 
     /// The operator's handle on every key's breaker (keyed breakers).
     pub fn keyed_breaker_handle(&self) -> Option<KeyedBreakerHandle<BreakerKey>> {
-        match &self.inner.breaker {
+        match &self.inner.shared.breaker {
             BreakerLayer::Keyed(b) => Some(b.handle()),
             _ => None,
         }
@@ -824,37 +862,37 @@ impl<C: Classifier> Policy<C> {
     /// no breaker). With the `redis` feature, `BreakerStore::redis` gives the Redis
     /// connection's state and statistics.
     pub fn breaker_store(&self) -> &BreakerStore {
-        &self.inner.store
+        &self.inner.shared.store
     }
 
     /// A view of the concurrency limit.
     pub fn limit_handle(&self) -> Option<LimitHandle> {
-        self.inner.limit.as_ref().map(|l| l.handle())
+        self.inner.shared.limit.as_ref().map(|l| l.handle())
     }
 
     /// The retry budget.
     pub fn retry_budget(&self) -> Option<&RetryBudget> {
-        self.inner.retry.as_ref().map(|r| r.budget())
+        self.inner.shared.retry.as_ref().map(|r| r.budget())
     }
 
     /// Whether the policy has a timeout layer.
     pub fn has_timeout(&self) -> bool {
-        self.inner.timeout.is_some()
+        self.inner.shared.timeout.is_some()
     }
 
     /// The timeout layer's configuration.
     pub fn timeout_config(&self) -> Option<&TimeoutConfig> {
-        self.inner.timeout.as_ref().map(|t| t.config())
+        self.inner.shared.timeout.as_ref().map(|t| t.config())
     }
 
     /// The concurrency limit's configuration.
     pub fn limit_config(&self) -> Option<&ConcurrencyLimitConfig> {
-        self.inner.limit.as_ref().map(|l| l.config())
+        self.inner.shared.limit.as_ref().map(|l| l.config())
     }
 
     /// The retry layer's configuration.
     pub fn retry_config(&self) -> Option<&RetryConfig> {
-        self.inner.retry.as_ref().map(|r| r.config())
+        self.inner.shared.retry.as_ref().map(|r| r.config())
     }
 
     /// The layer that bounds response bodies by the timeout configuration's `body_timeout`
@@ -875,6 +913,7 @@ impl<C: Classifier> Policy<C> {
     /// ```
     pub fn body_timeout_layer(&self) -> Option<BodyTimeoutLayer<C>> {
         self.inner
+            .shared
             .timeout
             .as_ref()
             .filter(|t| t.config().body_timeout().is_some())
@@ -899,7 +938,7 @@ impl<S, C: Classifier> Layer<S> for Policy<C> {
         use self::stack::Optional;
         let l = &*self.inner;
         let guarded = Staged::new(inner, Arc::clone(&l.parts));
-        let retry = match &l.retry {
+        let retry = match &l.shared.retry {
             Some(r) => Optional::On(r.layer(guarded)),
             None => Optional::Off(guarded),
         };

@@ -13,9 +13,10 @@ use crate::policy::KeyBy;
 use fusebox_breaker::CircuitBreakerConfig;
 use fusebox_breaker::state::{Command, Permit, Rejected, Snapshot};
 use fusebox_breaker::store::StoreSpec;
-use fusebox_breaker::{InMemory, MakeStore, MemoryStore, Store};
+use fusebox_breaker::{InMemory, MakeStore, MemoryStore, Reconfigure, Store};
 use fusebox_classify::{ConfigError, Nanos, Validator};
 use std::fmt;
+use std::sync::Arc;
 
 #[cfg(feature = "redis")]
 use fusebox_redis::{OnRedis, RedisStore};
@@ -232,6 +233,22 @@ impl Store for PolicyStore {
             PolicyStore::Memory(s) => s.needs_end_time(),
             #[cfg(feature = "redis")]
             PolicyStore::Redis(s) => s.needs_end_time(),
+        }
+    }
+
+    fn config(&self) -> Option<Arc<CircuitBreakerConfig>> {
+        match self {
+            PolicyStore::Memory(s) => s.config(),
+            #[cfg(feature = "redis")]
+            PolicyStore::Redis(s) => s.config(),
+        }
+    }
+
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        match self {
+            PolicyStore::Memory(s) => s.reconfigure(config),
+            #[cfg(feature = "redis")]
+            PolicyStore::Redis(s) => s.reconfigure(config),
         }
     }
 }

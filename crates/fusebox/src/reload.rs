@@ -1,0 +1,709 @@
+//! Reload: new settings for a running [`Policy`], without forgetting its breaker.
+//!
+//! Rebuilding a policy to change a threshold starts its breaker over: an OPEN breaker comes
+//! back CLOSED and lets calls through to a dependency known to be failing, and the window of
+//! recent calls is lost. [`Policy::reload`] instead applies a policy built anew (from a
+//! changed file, or in code) to the running one, through the state its calls read:
+//!
+//! | what | in place | how |
+//! |---|---|---|
+//! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end |
+//! | the breaker's window (kind or size) | no | its calls cannot move to another window: reported, the rest of the breaker's settings still apply |
+//! | the timeout of routes without one, each route's own timeout | yes, for the same routes | the timeout stage reads them per call |
+//! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::set_limit`](fusebox_limit::LimitHandle::set_limit) |
+//! | anything else: layers added or removed, routes added or removed, a route's classifier, slow-call threshold, retry or idempotency, the limit's queue or algorithm, the retry layer's settings, body timeout, deadline propagation, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
+//!
+//! What applies does so from the next call on; calls in flight finish under the settings
+//! they started with. Nothing applied can fail a call. The [`Reload`] report says what
+//! changed (each setting, from and to), what was applied in place, what could not be and
+//! why, and what was kept (the breaker's state). [`Policy::diff`] gives the same report
+//! without changing anything: what a reload would do. Each route's classifier is compared
+//! by its `Debug` form: the standard classifier's shows every rule a file can write (a
+//! change needs a rebuild, and is reported); a classifier made from a closure shows none of
+//! what the closure decides, so a change inside one is not seen.
+//!
+//! A policy file is reloaded with `fusebox::config::PolicyFile::reload`
+//! (features `toml` or `yaml`): an invalid file changes nothing and returns every problem,
+//! as `fusebox check` reports them.
+//!
+//! ```
+//! use fusebox::{CircuitBreakerConfig, Policy};
+//! use fusebox::breaker::State;
+//!
+//! let running = Policy::builder("payments")
+//!     .circuit_breaker(CircuitBreakerConfig::builder().failure_rate_threshold(50))
+//!     .build()?;
+//! running.breaker_handle().expect("a breaker").force_open();
+//!
+//! let edited = Policy::builder("payments")
+//!     .circuit_breaker(CircuitBreakerConfig::builder().failure_rate_threshold(25))
+//!     .build()?;
+//! let report = running.reload(&edited);
+//! assert!(report.is_complete(), "{report}");
+//! assert_eq!(report.changes[0].path, "breaker.failure_rate_threshold");
+//! let breaker = running.breaker_handle().expect("a breaker");
+//! assert_eq!(breaker.state(), State::ForcedOpen, "the state is kept");
+//! assert_eq!(breaker.config().map(|c| c.failure_rate_threshold()), Some(25));
+//! # Ok::<(), fusebox::ConfigError>(())
+//! ```
+
+use crate::policy::{BreakerLayer, BreakerStore, Policy, Shared};
+use fusebox_breaker::{CircuitBreakerConfig, Reconfigure};
+use fusebox_classify::{Classifier, RouteTable};
+use fusebox_limit::{ConcurrencyLimitConfig, Limit};
+use fusebox_retry::RetryConfig;
+use fusebox_timeout::{TimeoutConfig, Timeouts};
+use std::fmt;
+use std::sync::Arc;
+
+/// What a reload of one policy changed, or would change ([`Policy::reload`],
+/// [`Policy::diff`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Reload {
+    /// The policy's name.
+    pub policy: String,
+    /// Every setting that differs, in the order of the policy's layers.
+    pub changes: Vec<Change>,
+    /// What the reload kept of the running policy (its breaker's state and window).
+    pub kept: Vec<String>,
+    /// Whether the changes were applied (a reload) or only found (a diff).
+    pub applied: bool,
+}
+
+impl Reload {
+    /// Whether every change was (or would be) applied in place: nothing needs a rebuild.
+    pub fn is_complete(&self) -> bool {
+        self.changes.iter().all(|c| c.effect == Effect::InPlace)
+    }
+
+    /// Whether anything differs.
+    pub fn has_changes(&self) -> bool {
+        !self.changes.is_empty()
+    }
+
+    /// The changes that cannot be applied in place.
+    pub fn needs_rebuild(&self) -> impl Iterator<Item = &Change> {
+        self.changes.iter().filter(|c| c.effect != Effect::InPlace)
+    }
+}
+
+impl fmt::Display for Reload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.changes.is_empty() {
+            writeln!(f, "policy {:?}: no changes", self.policy)?;
+        } else {
+            writeln!(
+                f,
+                "policy {:?}: {} change{}{}",
+                self.policy,
+                self.changes.len(),
+                if self.changes.len() == 1 { "" } else { "s" },
+                match (self.is_complete(), self.applied) {
+                    (true, true) => ", all applied in place",
+                    (true, false) => ", all can be applied in place",
+                    (false, true) => ", some need a rebuild",
+                    (false, false) => ", some would need a rebuild",
+                }
+            )?;
+        }
+        for c in &self.changes {
+            writeln!(f, "  {c}")?;
+        }
+        for k in &self.kept {
+            writeln!(
+                f,
+                "  {}: {k}",
+                if self.applied { "kept" } else { "would keep" }
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// One setting that differs.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Change {
+    /// The setting, as a policy file names it (`breaker.failure_rate_threshold`,
+    /// `routes["GET /users/{id}"].timeout`).
+    pub path: String,
+    /// The running value.
+    pub from: String,
+    /// The new value.
+    pub to: String,
+    /// Whether it is applied in place.
+    pub effect: Effect,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {} → {}", self.path, self.from, self.to)?;
+        match &self.effect {
+            Effect::InPlace => write!(f, "  (in place)"),
+            Effect::NeedsRebuild(why) => write!(f, "  (needs a rebuild: {why})"),
+        }
+    }
+}
+
+/// How a change is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Effect {
+    /// In place, from the next call on.
+    InPlace,
+    /// Not in place: the running policy keeps its value; only a policy built anew (which
+    /// starts its breaker over) takes it. Says why.
+    NeedsRebuild(&'static str),
+}
+
+/// What a running policy's stages read now: the settings a diff starts from.
+pub(crate) struct Running<'a, C> {
+    shared: &'a Shared<C>,
+    timeouts: Option<&'a Timeouts>,
+}
+
+impl<C: Classifier + fmt::Debug> Policy<C> {
+    /// What [`reload`](Policy::reload) with `new` would change, changing nothing.
+    pub fn diff(&self, new: &Policy<C>) -> Reload {
+        self.compare(new, false)
+    }
+
+    /// Applies `new`'s settings to this running policy where they can be applied in place
+    /// (see the [module docs](crate::reload)), keeping its breaker's state, and reports
+    /// every difference. `new` is only read: build it as the running policy was built (from
+    /// the changed file, or the same code with other values); its own state is not used.
+    pub fn reload(&self, new: &Policy<C>) -> Reload {
+        self.compare(new, true)
+    }
+
+    fn running(&self) -> Running<'_, C> {
+        Running {
+            shared: &self.inner.shared,
+            timeouts: self.inner.shared.timeouts.as_ref(),
+        }
+    }
+
+    fn compare(&self, new: &Policy<C>, apply: bool) -> Reload {
+        let running = self.running();
+        let old = running.shared;
+        let new_shared = &*new.inner.shared;
+        let mut d = Diff::default();
+
+        breaker(&mut d, &running, new_shared, apply);
+        limit(&mut d, old, new_shared, apply);
+        timeout(&mut d, &running, new_shared, apply);
+        retry(
+            &mut d,
+            old.retry.as_ref().map(|r| r.config()),
+            new_shared.retry.as_ref().map(|r| r.config()),
+        );
+        routes(&mut d, &old.routes, &new_shared.routes);
+        d.rebuild(
+            "fallback.routes",
+            &old.settings.fallback,
+            &new_shared.settings.fallback,
+            "the routes a fallback serves are fixed when the policy is built",
+        );
+        d.rebuild(
+            "recovery_ramp",
+            &old.settings.ramp,
+            &new_shared.settings.ramp,
+            "the recovery ramp is fixed when the policy is built",
+        );
+
+        if let BreakerLayer::Single(b) = &old.breaker {
+            let s = b.handle().snapshot();
+            d.kept.push(format!(
+                "breaker state {} (generation {}, {} calls in the window, {} failed, {} slow)",
+                s.state, s.generation, s.window.calls, s.window.failures, s.window.slow
+            ));
+        }
+        if let BreakerLayer::Keyed(b) = &old.breaker {
+            d.kept.push(format!(
+                "{} keys' breakers, each with its state and window",
+                b.handle().len()
+            ));
+        }
+        let report = Reload {
+            policy: old.name.to_string(),
+            changes: d.changes,
+            kept: d.kept,
+            applied: apply,
+        };
+        if apply && report.has_changes() {
+            tracing::info!(
+                target: "fusebox::reload",
+                policy = %report.policy,
+                changes = report.changes.len(),
+                needs_rebuild = report.needs_rebuild().count(),
+                "fusebox: policy reloaded"
+            );
+        }
+        report
+    }
+}
+
+#[derive(Default)]
+struct Diff {
+    changes: Vec<Change>,
+    kept: Vec<String>,
+}
+
+impl Diff {
+    fn push(&mut self, path: impl Into<String>, from: String, to: String, effect: Effect) {
+        self.changes.push(Change {
+            path: path.into(),
+            from,
+            to,
+            effect,
+        });
+    }
+
+    /// Records a difference between two values, shown with `Debug`.
+    fn field<T: PartialEq + fmt::Debug>(&mut self, path: &str, from: &T, to: &T, effect: Effect) {
+        if from != to {
+            self.push(path, show(from), show(to), effect);
+        }
+    }
+
+    fn rebuild<T: PartialEq + fmt::Debug>(
+        &mut self,
+        path: &str,
+        from: &T,
+        to: &T,
+        why: &'static str,
+    ) {
+        self.field(path, from, to, Effect::NeedsRebuild(why));
+    }
+}
+
+/// A value as a change shows it: `Some(x)` as `x`, `None` as `none`, durations as
+/// humans write them.
+fn show<T: fmt::Debug>(value: &T) -> String {
+    let s = format!("{value:?}");
+    if s == "None" {
+        "none".to_owned()
+    } else if let Some(inner) = s.strip_prefix("Some(").and_then(|s| s.strip_suffix(')')) {
+        inner.to_owned()
+    } else {
+        s
+    }
+}
+
+fn present<T>(x: &Option<T>) -> &'static str {
+    if x.is_some() { "on" } else { "off" }
+}
+
+const LAYER_CHANGED: &str = "a layer added or removed changes the policy's stages";
+
+fn store_kind(store: &BreakerStore) -> String {
+    match store {
+        BreakerStore::InMemory => "memory".to_owned(),
+        #[allow(unreachable_patterns)]
+        _ => "redis".to_owned(),
+    }
+}
+
+fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C>, apply: bool) {
+    let old = running.shared;
+    let (from, to) = (&old.settings.breaker, &new.settings.breaker);
+    let (Some(_), Some(to_cfg)) = (from, to) else {
+        if from.is_some() != to.is_some() {
+            d.push(
+                "breaker",
+                present(from).into(),
+                present(to).into(),
+                Effect::NeedsRebuild(LAYER_CHANGED),
+            );
+        }
+        return;
+    };
+    // The running breaker's settings: what its state machine judges by now.
+    let current = match &old.breaker {
+        BreakerLayer::Single(b) => b.handle().config(),
+        BreakerLayer::Keyed(b) => Some(b.handle().config()),
+        BreakerLayer::Off => None,
+    }
+    .or_else(|| from.clone().map(Arc::new));
+    let Some(cur) = current else { return };
+
+    const IDENTITY: &str =
+        "the breaker's identity (name, store, keying) changed: a new breaker starts over";
+    let mut identity_kept = true;
+    if cur.name() != to_cfg.name() {
+        identity_kept = false;
+        d.push(
+            "breaker.name",
+            cur.name().to_owned(),
+            to_cfg.name().to_owned(),
+            Effect::NeedsRebuild(IDENTITY),
+        );
+    }
+    let (ks, kn) = (
+        format!("{:?}", old.settings.key),
+        format!("{:?}", new.settings.key),
+    );
+    if ks != kn {
+        identity_kept = false;
+        d.push(
+            "breaker.key",
+            show(&old.settings.key),
+            show(&new.settings.key),
+            Effect::NeedsRebuild(IDENTITY),
+        );
+    }
+    if format!("{:?}", old.store) != format!("{:?}", new.store) {
+        identity_kept = false;
+        d.push(
+            "breaker.store",
+            store_kind(&old.store),
+            store_kind(&new.store),
+            Effect::NeedsRebuild(IDENTITY),
+        );
+    }
+    d.rebuild(
+        "breaker.max_keys",
+        &old.settings.max_keys,
+        &new.settings.max_keys,
+        "a keyed breaker's key limits are fixed when it is built",
+    );
+    d.rebuild(
+        "breaker.idle_timeout",
+        &old.settings.idle_timeout,
+        &new.settings.idle_timeout,
+        "a keyed breaker's key limits are fixed when it is built",
+    );
+    d.rebuild(
+        "breaker.window",
+        &cur.window(),
+        &to_cfg.window(),
+        "the window's kind or size changed: its calls cannot move to another window",
+    );
+
+    // The new settings on the running window (a window change is reported above and not
+    // applied); they must still hold together there (`minimum_calls` within the window).
+    let next = to_cfg
+        .to_builder()
+        .window(cur.window())
+        .name(cur.name().to_owned())
+        .build()
+        .map(Arc::new);
+    // Whether the store takes settings in place (the memory store does): giving it its
+    // own settings changes nothing and says so.
+    let supported = identity_kept
+        && !matches!(
+            reconfigure(&old.breaker, &cur),
+            Err(Reconfigure::Unsupported)
+        );
+    let effect = if !identity_kept {
+        Effect::NeedsRebuild(IDENTITY)
+    } else if !supported {
+        Effect::NeedsRebuild("the breaker's store cannot change its settings while running")
+    } else if next.is_err() {
+        Effect::NeedsRebuild(
+            "the new settings do not hold on the running window (minimum_calls past its size)",
+        )
+    } else {
+        Effect::InPlace
+    };
+    let before = d.changes.len();
+    macro_rules! fields {
+        ($($name:ident),*) => {
+            $( d.field(concat!("breaker.", stringify!($name)), &cur.$name(), &to_cfg.$name(), effect.clone()); )*
+        };
+    }
+    fields!(
+        minimum_calls,
+        failure_rate_threshold,
+        slow_call_rate_threshold,
+        consecutive_failures,
+        open_wait,
+        open_wait_jitter,
+        open_wait_multiplier,
+        max_open_wait,
+        permitted_probes,
+        probe_successes,
+        max_half_open_wait,
+        on_close,
+        count_overloaded,
+        seed
+    );
+    if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, &next)
+        && d.changes.len() > before
+        && reconfigure(&old.breaker, next).is_err()
+    {
+        // Refusals were found above; a store that refuses now keeps its settings.
+        for c in &mut d.changes[before..] {
+            c.effect = Effect::NeedsRebuild("the breaker's store refused the new settings");
+        }
+    }
+}
+
+/// Gives `config` to the running breaker; with `config` its own settings, a no-op that
+/// says whether the store can take settings in place.
+fn reconfigure<C: Classifier>(
+    breaker: &BreakerLayer<C>,
+    config: &Arc<CircuitBreakerConfig>,
+) -> Result<(), Reconfigure> {
+    match breaker {
+        BreakerLayer::Single(b) => b.handle().reconfigure(config),
+        BreakerLayer::Keyed(b) => b.handle().reconfigure(config),
+        BreakerLayer::Off => Ok(()),
+    }
+}
+
+fn limit<C: Classifier>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: bool) {
+    let (Some(from), Some(to)) = (&old.limit, &new.limit) else {
+        if old.limit.is_some() != new.limit.is_some() {
+            d.push(
+                "limit",
+                present(&old.limit).into(),
+                present(&new.limit).into(),
+                Effect::NeedsRebuild(LAYER_CHANGED),
+            );
+        }
+        return;
+    };
+    let cur = old.current_limit_config(from.config());
+    let to = to.config();
+    match (cur.limit(), to.limit()) {
+        (Limit::Fixed(a), Limit::Fixed(b)) if a != b => {
+            let effect = if old.ramp.is_some() {
+                Effect::NeedsRebuild("a recovery ramp owns the limit's value")
+            } else {
+                Effect::InPlace
+            };
+            if apply && effect == Effect::InPlace {
+                from.handle().set_limit(*b);
+                old.set_limit_config(cur.to_builder().max_concurrency(*b).build().ok());
+            }
+            d.push(
+                "limit.max_concurrency",
+                a.to_string(),
+                b.to_string(),
+                effect,
+            );
+        }
+        (a, b) => d.rebuild(
+            "limit.algorithm",
+            a,
+            b,
+            "an adaptive limit's algorithm is fixed when the limit is built",
+        ),
+    }
+    const FIXED: &str = "the limit's queue and answers are fixed when it is built";
+    d.rebuild("limit.name", &cur.name(), &to.name(), FIXED);
+    d.rebuild("limit.queue", &cur.queue(), &to.queue(), FIXED);
+    d.rebuild("limit.release", &cur.release(), &to.release(), FIXED);
+    d.rebuild(
+        "limit.retry_after",
+        &cur.retry_after(),
+        &to.retry_after(),
+        FIXED,
+    );
+    d.rebuild("limit.log_step", &cur.log_step(), &to.log_step(), FIXED);
+}
+
+fn timeout<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C>, apply: bool) {
+    let old = running.shared;
+    let (Some(from), Some(to), Some(table)) = (&old.timeout, &new.timeout, running.timeouts) else {
+        if old.timeout.is_some() != new.timeout.is_some() {
+            d.push(
+                "timeout",
+                present(&old.timeout).into(),
+                present(&new.timeout).into(),
+                Effect::NeedsRebuild(LAYER_CHANGED),
+            );
+        }
+        return;
+    };
+    let (cur, to) = (from.config(), to.config());
+    let default = table.default_timeout();
+    if default != to.default_timeout() {
+        if apply {
+            table.set_default(to.default_timeout());
+        }
+        d.push(
+            "timeout.default_timeout",
+            show(&default),
+            show(&to.default_timeout()),
+            Effect::InPlace,
+        );
+    }
+    const FIXED: &str =
+        "the timeout's body bound and deadline propagation are fixed when it is built";
+    d.rebuild(
+        "timeout.body_timeout",
+        &cur.body_timeout(),
+        &to.body_timeout(),
+        FIXED,
+    );
+    d.rebuild(
+        "timeout.propagate_grpc_timeout",
+        &cur.propagate_grpc_timeout(),
+        &to.propagate_grpc_timeout(),
+        FIXED,
+    );
+    d.rebuild(
+        "timeout.deadline_header",
+        &cur.deadline_header(),
+        &to.deadline_header(),
+        FIXED,
+    );
+    // Each route's own timeout, for the routes both tables hold.
+    for (_, name, route) in new.routes.iter() {
+        let Some((old_id, _, _)) = old.routes.iter().find(|(_, n, _)| *n == name) else {
+            continue;
+        };
+        let (was, now) = (table.route(old_id.index()), route.timeout_duration());
+        if was != now {
+            if apply {
+                table.set_route(old_id.index(), now);
+            }
+            d.push(
+                route_path(name, "timeout"),
+                show(&was),
+                show(&now),
+                Effect::InPlace,
+            );
+        }
+    }
+}
+
+fn route_path(name: &str, key: &str) -> String {
+    if name.is_empty() || name == "default" {
+        format!("default_route.{key}")
+    } else {
+        format!("routes[{name:?}].{key}")
+    }
+}
+
+fn retry(d: &mut Diff, from: Option<&RetryConfig>, to: Option<&RetryConfig>) {
+    let (Some(cur), Some(to)) = (from, to) else {
+        if from.is_some() != to.is_some() {
+            d.push(
+                "retry",
+                present(&from).into(),
+                present(&to).into(),
+                Effect::NeedsRebuild(LAYER_CHANGED),
+            );
+        }
+        return;
+    };
+    const FIXED: &str = "the retry layer's settings and budget are fixed when it is built";
+    macro_rules! fields {
+        ($($name:ident),*) => {
+            $( d.rebuild(concat!("retry.", stringify!($name)), &cur.$name(), &to.$name(), FIXED); )*
+        };
+    }
+    fields!(
+        name,
+        retry_ratio,
+        min_retries_per_second,
+        ttl,
+        failure_rate_threshold,
+        cutoff_minimum_calls,
+        max_attempts,
+        base_delay,
+        max_delay,
+        max_retry_after,
+        max_replay_body_bytes,
+        hedge_delay,
+        seed
+    );
+}
+
+fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &RouteTable<C>) {
+    const ROUTES: &str =
+        "the route table is shared by every stage and fixed when the policy is built";
+    for (_, name, _) in old.iter() {
+        if !new.iter().any(|(_, n, _)| n == name) {
+            d.push(
+                route_path(name, "(route)"),
+                "present".into(),
+                "absent".into(),
+                Effect::NeedsRebuild(ROUTES),
+            );
+        }
+    }
+    for (_, name, route) in new.iter() {
+        let Some((_, _, was)) = old.iter().find(|(_, n, _)| *n == name) else {
+            d.push(
+                route_path(name, "(route)"),
+                "absent".into(),
+                "present".into(),
+                Effect::NeedsRebuild(ROUTES),
+            );
+            continue;
+        };
+        d.rebuild(
+            &route_path(name, "slow_call_duration"),
+            &was.slow_call_threshold(),
+            &route.slow_call_threshold(),
+            ROUTES,
+        );
+        d.rebuild(
+            &route_path(name, "retry"),
+            &was.retry_enabled(),
+            &route.retry_enabled(),
+            ROUTES,
+        );
+        d.rebuild(
+            &route_path(name, "idempotent"),
+            &was.idempotent_override(),
+            &route.idempotent_override(),
+            ROUTES,
+        );
+        // A classifier is compared by what it shows of itself (`Debug`): the standard
+        // classifier shows every rule; one made from a closure shows no rule it holds.
+        if format!("{:?}", was.classifier()) != format!("{:?}", route.classifier()) {
+            d.push(
+                route_path(name, "classifier"),
+                "the running rules".into(),
+                "other rules".into(),
+                Effect::NeedsRebuild(ROUTES),
+            );
+        }
+    }
+}
+
+// === what a reload changed, for later readers ===
+
+impl<C> Shared<C> {
+    /// The limit's settings now: as built, or as the last reload set them.
+    pub(crate) fn current_limit_config(
+        &self,
+        built: &ConcurrencyLimitConfig,
+    ) -> ConcurrencyLimitConfig {
+        self.reloaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .limit
+            .clone()
+            .unwrap_or_else(|| built.clone())
+    }
+
+    fn set_limit_config(&self, config: Option<ConcurrencyLimitConfig>) {
+        if let Some(config) = config {
+            self.reloaded
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .limit = Some(config);
+        }
+    }
+
+    /// The timeout's settings now: as built, with the default a reload set.
+    pub(crate) fn current_timeout_config(&self, built: &TimeoutConfig) -> TimeoutConfig {
+        match &self.timeouts {
+            Some(t) => built.clone().with_default_timeout(t.default_timeout()),
+            None => built.clone(),
+        }
+    }
+}
+
+/// What reloads changed that the layers' own values do not show.
+#[derive(Debug, Default)]
+pub(crate) struct Reloaded {
+    pub(crate) limit: Option<ConcurrencyLimitConfig>,
+}

@@ -1,0 +1,529 @@
+//! Reload on paused time: a running policy takes new settings from a policy built anew or
+//! from a file while calls flow — no call fails because of the reload, an open breaker
+//! stays open (same generation, same open wait), a changed threshold, timeout or limit
+//! applies to the next calls — and what cannot be applied in place (a window of another
+//! size, another breaker) is reported and left as it was. An invalid file changes nothing
+//! and lists every problem.
+
+use bytes::Bytes;
+use fusebox::breaker::{State, WindowConfig};
+use fusebox::config::PolicyFile;
+use fusebox::error::{CircuitOpen, Elapsed};
+use fusebox::reload::Effect;
+use fusebox::retry::ReplayBody;
+use fusebox::{CircuitBreakerConfig, KeyBy, Policy, Registry};
+use http::{Request, Response, StatusCode};
+use http_body_util::Empty;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+use tower::{Layer, Service, ServiceExt};
+
+const HEALTHY: u32 = 0;
+const FAILING: u32 = 1;
+const SLOW: u32 = 2;
+
+/// A dependency whose behaviour `mode` sets, counting the calls that reach it.
+#[derive(Clone, Default)]
+struct Dependency {
+    mode: Arc<AtomicU32>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Dependency {
+    fn set(&self, mode: u32) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    fn service(
+        &self,
+    ) -> impl Service<
+        Request<ReplayBody<Empty<Bytes>>>,
+        Response = Response<Empty<Bytes>>,
+        Error = std::convert::Infallible,
+        Future = impl Send,
+    > + Clone
+    + Send
+    + 'static {
+        let dep = self.clone();
+        tower::service_fn(move |_req: Request<ReplayBody<Empty<Bytes>>>| {
+            let dep = dep.clone();
+            async move {
+                dep.calls.fetch_add(1, Ordering::SeqCst);
+                let status = match dep.mode.load(Ordering::SeqCst) {
+                    FAILING => StatusCode::SERVICE_UNAVAILABLE,
+                    SLOW => {
+                        tokio::time::sleep(Duration::from_millis(1500)).await;
+                        StatusCode::OK
+                    }
+                    _ => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        StatusCode::OK
+                    }
+                };
+                Ok(Response::builder()
+                    .status(status)
+                    .body(Empty::new())
+                    .expect("a response"))
+            }
+        })
+    }
+}
+
+fn policy(threshold: u32, open_wait: u64, timeout_ms: u64, limit: usize) -> Policy {
+    Policy::builder("dep")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .count_window(10)
+                .minimum_calls(10)
+                .failure_rate_threshold(threshold)
+                .open_wait(Duration::from_secs(open_wait))
+                .open_wait_jitter(Duration::ZERO)
+                .permitted_probes(1)
+                .probe_successes(1),
+        )
+        .concurrency_limit(limit)
+        .timeout(Duration::from_millis(timeout_ms))
+        .build()
+        .expect("a valid policy")
+}
+
+fn request() -> Request<Empty<Bytes>> {
+    Request::get("http://dep.example/")
+        .body(Empty::new())
+        .expect("a request")
+}
+
+/// What the load saw.
+#[derive(Default)]
+struct Seen {
+    ok: AtomicUsize,
+    rejected_open: AtomicUsize,
+    /// Any other error, or a status other than 200: what a reload must never cause.
+    other: AtomicUsize,
+}
+
+/// `tasks` callers, each making `calls` calls 5 ms apart.
+fn load<S, RB>(
+    svc: S,
+    tasks: usize,
+    calls: usize,
+    seen: Arc<Seen>,
+) -> Vec<tokio::task::JoinHandle<()>>
+where
+    S: Service<Request<Empty<Bytes>>, Response = Response<RB>, Error = fusebox::BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+    RB: Send + 'static,
+{
+    (0..tasks)
+        .map(|_| {
+            let svc = svc.clone();
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                for _ in 0..calls {
+                    match svc.clone().oneshot(request()).await {
+                        Ok(r) if r.status() == StatusCode::OK => &seen.ok,
+                        Err(e) if e.downcast_ref::<CircuitOpen>().is_some() => &seen.rejected_open,
+                        _ => &seen.other,
+                    }
+                    .fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect()
+}
+
+async fn join(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in tasks {
+        t.await.expect("a caller");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reload_under_load_fails_no_call_keeps_an_open_breaker_and_applies_to_the_next_calls() {
+    let dep = Dependency::default();
+    let running = policy(50, 60, 1000, 8);
+    let svc = running.layer(dep.service());
+    let breaker = running.breaker_handle().unwrap();
+    let limit = running.limit_handle().unwrap();
+
+    // Healthy traffic; the reload lands in the middle of it.
+    let seen = Arc::new(Seen::default());
+    let callers = load(svc.clone(), 4, 40, Arc::clone(&seen));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let report = running.reload(&policy(20, 60, 2000, 16));
+    assert!(report.is_complete(), "{report}");
+    let paths: Vec<_> = report.changes.iter().map(|c| c.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "breaker.failure_rate_threshold",
+            "limit.max_concurrency",
+            "timeout.default_timeout"
+        ]
+    );
+    join(callers).await;
+    assert_eq!(seen.other.load(Ordering::SeqCst), 0, "no call failed");
+    assert_eq!(seen.rejected_open.load(Ordering::SeqCst), 0);
+    assert_eq!(seen.ok.load(Ordering::SeqCst), 160);
+    assert_eq!(breaker.state(), State::Closed);
+    assert_eq!(limit.limit(), 16, "the new limit");
+
+    // The new threshold judges the next calls: 2 failures in a window of 10 are 20 %, which
+    // opens at 20 % (and would not have at the 50 % it was built with).
+    dep.set(FAILING);
+    for _ in 0..2 {
+        let r = svc.clone().oneshot(request()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let open = breaker.snapshot();
+    assert_eq!(open.state, State::Open, "opened at the new threshold");
+    assert_eq!(open.until_half_open, Some(Duration::from_secs(60)));
+
+    // A reload while open, under load: the breaker stays open, in the same generation, with
+    // the same wait, and every call is rejected by it — none by the reload.
+    dep.set(HEALTHY);
+    let reached = dep.calls.load(Ordering::SeqCst);
+    let seen = Arc::new(Seen::default());
+    let callers = load(svc.clone(), 4, 20, Arc::clone(&seen));
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    let report = running.reload(&policy(60, 5, 2000, 16));
+    assert!(report.is_complete(), "{report}");
+    assert!(
+        report.kept.iter().any(|k| k.contains("breaker state open")),
+        "{report}"
+    );
+    join(callers).await;
+    assert_eq!(seen.other.load(Ordering::SeqCst), 0);
+    assert_eq!(seen.rejected_open.load(Ordering::SeqCst), 80);
+    assert_eq!(
+        dep.calls.load(Ordering::SeqCst),
+        reached,
+        "nothing reached the dependency"
+    );
+    let still = breaker.snapshot();
+    assert_eq!(still.state, State::Open);
+    assert_eq!(still.generation, open.generation);
+    let left = still.until_half_open.unwrap();
+    assert!(
+        left > Duration::from_secs(59),
+        "the running wait keeps its end: {left:?}"
+    );
+
+    // It recovers as before, and its next opening waits the new 5 s.
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let r = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "the probe");
+    assert_eq!(breaker.state(), State::Closed);
+    dep.set(FAILING);
+    for _ in 0..10 {
+        let _ = svc.clone().oneshot(request()).await;
+    }
+    let reopened = breaker.snapshot();
+    assert_eq!(reopened.state, State::Open);
+    assert_eq!(
+        reopened.until_half_open,
+        Some(Duration::from_secs(5)),
+        "the new open wait"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reloaded_timeout_bounds_the_next_call() {
+    let dep = Dependency::default();
+    let running = policy(50, 60, 1000, 8);
+    let svc = running.layer(dep.service());
+    dep.set(SLOW);
+    let err = svc.clone().oneshot(request()).await.unwrap_err();
+    assert!(
+        err.downcast_ref::<Elapsed>().is_some(),
+        "1.5 s is past 1 s: {err}"
+    );
+
+    let report = running.reload(&policy(50, 60, 2000, 8));
+    assert_eq!(report.changes.len(), 1, "{report}");
+    assert_eq!(report.changes[0].path, "timeout.default_timeout");
+    let r = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "1.5 s is within 2 s");
+
+    // A diff changes nothing.
+    let diff = running.diff(&policy(50, 60, 1000, 8));
+    assert!(!diff.applied);
+    assert_eq!(diff.changes.len(), 1);
+    let r = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "still 2 s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_cannot_be_applied_in_place_is_reported_and_left_as_it_was() {
+    let registry = Registry::new();
+    let running = Policy::builder("dep")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .count_window(10)
+                .minimum_calls(10)
+                .failure_rate_threshold(50),
+        )
+        .registry(&registry)
+        .build()
+        .unwrap();
+    let breaker = running.breaker_handle().unwrap();
+    breaker.force_open();
+
+    // Another window: reported; the threshold still applies, on the running window.
+    let wider = Policy::builder("dep")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .count_window(20)
+                .minimum_calls(10)
+                .failure_rate_threshold(30),
+        )
+        .build()
+        .unwrap();
+    let report = running.reload(&wider);
+    assert!(!report.is_complete());
+    let window = report
+        .changes
+        .iter()
+        .find(|c| c.path == "breaker.window")
+        .unwrap();
+    assert!(matches!(window.effect, Effect::NeedsRebuild(_)), "{report}");
+    let threshold = report
+        .changes
+        .iter()
+        .find(|c| c.path == "breaker.failure_rate_threshold")
+        .unwrap();
+    assert_eq!(threshold.effect, Effect::InPlace);
+    let config = breaker.config().unwrap();
+    assert_eq!(config.failure_rate_threshold(), 30);
+    assert_eq!(
+        config.window(),
+        WindowConfig::Count { size: 10 },
+        "the window is kept"
+    );
+    assert_eq!(breaker.state(), State::ForcedOpen);
+    // The registry lists the settings the breaker runs with.
+    let listed = registry.list().entries[0]
+        .breaker
+        .clone()
+        .unwrap()
+        .config
+        .unwrap();
+    assert_eq!(listed.failure_rate_threshold(), 30);
+
+    // Another breaker (a name of its own): nothing of it applies.
+    let renamed = Policy::builder("dep")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .name("other")
+                .count_window(10)
+                .minimum_calls(10)
+                .failure_rate_threshold(70),
+        )
+        .build()
+        .unwrap();
+    let report = running.reload(&renamed);
+    assert!(
+        report.changes.iter().all(|c| c.effect != Effect::InPlace),
+        "{report}"
+    );
+    assert_eq!(breaker.config().unwrap().failure_rate_threshold(), 30);
+
+    // A layer added: reported, not applied.
+    let limited = Policy::builder("dep")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .count_window(10)
+                .minimum_calls(10)
+                .failure_rate_threshold(30),
+        )
+        .concurrency_limit(4)
+        .build()
+        .unwrap();
+    let report = running.reload(&limited);
+    assert_eq!(report.changes.len(), 1, "{report}");
+    assert_eq!(report.changes[0].path, "limit");
+    assert!(running.limit_handle().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_breaker_reloads_every_key_and_makes_new_ones_with_the_new_settings() {
+    let dep = Dependency::default();
+    let build = |threshold| {
+        Policy::builder("hosts")
+            .circuit_breaker(CircuitBreakerConfig::builder().failure_rate_threshold(threshold))
+            .breaker_key(KeyBy::Host)
+            .build()
+            .unwrap()
+    };
+    let running = build(50);
+    let svc = running.layer(dep.service());
+    let on = |host: &str| {
+        Request::get(format!("http://{host}/"))
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    svc.clone().oneshot(on("a.example")).await.unwrap();
+    let keys = running.keyed_breaker_handle().unwrap();
+    let a = keys.get(&keys.keys()[0]).unwrap();
+    a.force_open();
+
+    let report = running.reload(&build(30));
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(
+        a.config().unwrap().failure_rate_threshold(),
+        30,
+        "a key held"
+    );
+    assert_eq!(a.state(), State::ForcedOpen, "with its state");
+    svc.clone().oneshot(on("b.example")).await.unwrap();
+    for k in keys.keys() {
+        let h = keys.get(&k).unwrap();
+        assert_eq!(
+            h.config().unwrap().failure_rate_threshold(),
+            30,
+            "{:?}",
+            h.key()
+        );
+    }
+}
+
+const FILE: &str = r#"
+[defaults.breaker]
+count_window = 10
+minimum_calls = 10
+failure_rate_threshold = 50
+
+[policies.payments.breaker]
+open_wait = "30s"
+
+[policies.search.limit]
+max_concurrency = 8
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_file_reloads_in_place_and_an_invalid_one_changes_nothing() {
+    let file = PolicyFile::from_toml(FILE).unwrap();
+    let payments = file.build("payments").unwrap();
+    let search = file.build("search").unwrap();
+    let breaker = payments.breaker_handle().unwrap();
+    breaker.force_open();
+
+    // Every problem of an invalid file, and no file to reload from.
+    let invalid = FILE
+        .replace(
+            "failure_rate_threshold = 50",
+            "failure_rate_threshold = 150\nconsecutive_failures = -1",
+        )
+        .replace("max_concurrency = 8", "max_concurency = 8");
+    let err = PolicyFile::from_toml(&invalid).unwrap_err();
+    let paths: Vec<_> = err.problems().iter().map(|p| p.path().to_owned()).collect();
+    assert!(paths.len() >= 3, "{paths:?}");
+    assert!(
+        paths.iter().any(|p| p.ends_with("failure_rate_threshold")),
+        "{paths:?}"
+    );
+    assert!(
+        paths.iter().any(|p| p.ends_with("consecutive_failures")),
+        "{paths:?}"
+    );
+    assert!(
+        paths.iter().any(|p| p.ends_with("max_concurency")),
+        "{paths:?}"
+    );
+
+    // A valid file that leaves out a running policy: checked first, nothing changes.
+    let partial = PolicyFile::from_toml(
+        "[policies.payments.breaker]\ncount_window = 10\nminimum_calls = 10\nfailure_rate_threshold = 20\n",
+    )
+    .unwrap();
+    let err = partial.reload(&[&payments, &search]).unwrap_err();
+    assert_eq!(err.problems().len(), 1);
+    assert_eq!(err.problems()[0].path(), "policies.search");
+    assert_eq!(
+        breaker.config().unwrap().failure_rate_threshold(),
+        50,
+        "unchanged"
+    );
+
+    // The edited file: both policies take it, the breaker stays forced open.
+    let edited = PolicyFile::from_toml(
+        &FILE
+            .replace("failure_rate_threshold = 50", "failure_rate_threshold = 20")
+            .replace("max_concurrency = 8", "max_concurrency = 4"),
+    )
+    .unwrap();
+    let diff = edited.diff(&[&payments, &search]).unwrap();
+    assert_eq!(
+        breaker.config().unwrap().failure_rate_threshold(),
+        50,
+        "a diff changes nothing"
+    );
+    assert_eq!(diff.len(), 2);
+    let reports = edited.reload(&[&payments, &search]).unwrap();
+    assert_eq!(reports[0].changes, diff[0].changes);
+    assert!(
+        reports.iter().all(|r| r.is_complete()),
+        "{}{}",
+        reports[0],
+        reports[1]
+    );
+    assert_eq!(breaker.config().unwrap().failure_rate_threshold(), 20);
+    assert_eq!(breaker.state(), State::ForcedOpen);
+    assert_eq!(search.limit_handle().unwrap().limit(), 4);
+    assert_eq!(
+        search
+            .breaker_handle()
+            .unwrap()
+            .config()
+            .unwrap()
+            .failure_rate_threshold(),
+        20
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_routes_classifier_change_is_reported_as_needing_a_rebuild() {
+    use fusebox::{Route, RouteTable, StandardClassifier};
+    let build = |count_throttling: bool, timeout: u64| {
+        let routes = RouteTable::builder(Route::default())
+            .route(
+                "POST /charge",
+                Route::new(StandardClassifier::new().count_throttling(count_throttling))
+                    .timeout(Duration::from_millis(timeout)),
+            )
+            .build()
+            .unwrap();
+        Policy::builder("partner")
+            .routes(routes)
+            .circuit_breaker(CircuitBreakerConfig::builder())
+            .build()
+            .unwrap()
+    };
+    let running = build(false, 100);
+    assert!(
+        !running.diff(&build(false, 100)).has_changes(),
+        "the same rules"
+    );
+    let report = running.reload(&build(true, 200));
+    let classifier = report
+        .changes
+        .iter()
+        .find(|c| c.path == "routes[\"POST /charge\"].classifier")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(matches!(classifier.effect, Effect::NeedsRebuild(_)));
+    let timeout = report
+        .changes
+        .iter()
+        .find(|c| c.path == "routes[\"POST /charge\"].timeout")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(
+        timeout.effect,
+        Effect::InPlace,
+        "the route's own timeout still applies"
+    );
+}
