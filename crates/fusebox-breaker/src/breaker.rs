@@ -8,7 +8,7 @@ use crate::judge::{Judged, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::{Reconfigure, Store};
 use fusebox_classify::error::CircuitOpen;
-use fusebox_classify::stage::Answer;
+use fusebox_classify::stage::{Admit, Answer, NoWait};
 use fusebox_classify::{
     Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
     StreamEnd, Verdict,
@@ -414,6 +414,16 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     pub fn at_end_of_stream(self) -> EosRecorder<C, St, M> {
         let (slow, _) = self.breaker.measure(self.route(), self.slow_at);
         EosRecorder { guard: self, slow }
+    }
+
+    /// A breaker's decision as its stage's admission: the guard, or the rejection as the
+    /// call's answer. Every breaker stage (HTTP, keyed, plain) admits through this.
+    #[inline(always)]
+    pub(crate) fn admission(decided: Result<Self, CircuitOpen>) -> Admit<Option<Self>, NoWait> {
+        match decided {
+            Ok(guard) => Admit::Ready(Some(guard)),
+            Err(open) => Admit::Refuse(Box::new(open)),
+        }
     }
 
     /// The breaker stage's answer: records the call's verdict (a response head judged by

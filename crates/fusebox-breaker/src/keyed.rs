@@ -589,10 +589,7 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
 
     #[inline]
     fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
-        match self.admit_request(request) {
-            Ok(guard) => Admit::Ready(Some(guard)),
-            Err(open) => Admit::Refuse(Box::new(open)),
-        }
+        Guard::admission(self.admit_request(request))
     }
 
     fn poll_wait(

@@ -147,10 +147,7 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
     #[inline]
     fn admit(&self, _: &mut R) -> Admit<Self::Admitted, NoWait> {
         let leases = &*self.breaker;
-        match leases.admit_plain(|| lease(leases)) {
-            Ok(guard) => Admit::Ready(Some(guard)),
-            Err(open) => Admit::Refuse(Box::new(open)),
-        }
+        Guard::admission(leases.admit_plain(|| lease(leases)))
     }
 
     fn poll_wait(

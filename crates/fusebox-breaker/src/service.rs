@@ -68,10 +68,7 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
 
     #[inline(always)]
     fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
-        match self.admit_request(request) {
-            Ok(guard) => Admit::Ready(Some(guard)),
-            Err(open) => Admit::Refuse(Box::new(open)),
-        }
+        Guard::admission(self.admit_request(request))
     }
 
     fn poll_wait(
