@@ -4,7 +4,8 @@
 //! memory, every breaker cycling, no request lost or stuck) and exits 1 if anything fails;
 //! this test runs it, demands success, and reads the summary back. Two short runs show
 //! that the checks bite (a deliberate leak fails the memory check) and that a schedule
-//! which could not close the breaker is refused up front.
+//! which could not close the breaker is refused up front; a shorter run keeps the
+//! breakers' state on a real `redis-server` (started by the soak on 127.0.0.1).
 //!
 //! Real time, on purpose: a soak is load on real sockets for a while. No assertion is on a
 //! duration; the schedule leaves each phase more than twice the time its breaker cycle
@@ -85,6 +86,33 @@ fn the_soak_holds_for_45_seconds() {
         answered <= received && received <= sent,
         "every answer was received, nothing received that was not sent:\n{server}\n{client}"
     );
+}
+
+#[test]
+fn the_soak_holds_with_the_breakers_on_redis() {
+    // The same policy with its breakers' state on a real redis-server that the soak starts
+    // on 127.0.0.1: five phases of 5 s, two of them failing.
+    let output = soak(&["--duration", "25s", "--quiet", "--redis"]);
+    let all = text(&output);
+    assert!(output.status.success(), "the soak on Redis failed:\n{all}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("breaker state on Redis"), "{all}");
+    for h in 0..4 {
+        let l = line(&stdout, &format!("hot-{h}:"));
+        assert!(
+            l.contains("opened in 2/2 failing phases, closed in 2/2 healthy ones"),
+            "{l}"
+        );
+    }
+    let requests = line(&stdout, "requests:");
+    assert_eq!(
+        count(requests, "completed"),
+        count(requests, "issued"),
+        "{requests}"
+    );
+    assert_eq!(count(requests, "stuck"), 0, "{requests}");
+    let redis = line(&stdout, "redis:");
+    assert!(redis.contains("keys at the end"), "Redis was read: {redis}");
 }
 
 #[test]

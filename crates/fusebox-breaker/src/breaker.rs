@@ -91,7 +91,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     /// Admits a call or says why not; `owner` makes what keeps the breaker alive while the
     /// call is in flight. Reads the clock only when the route measures slowness (or the
     /// breaker is not closed).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit_with(
         &self,
         meta: CallMeta,
@@ -111,7 +111,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
 
     /// Admits a call with no request head to look at (the plain breaker): it is on the
     /// default route, and its errors are judged as a plain call's.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit_plain(
         &self,
         owner: impl FnOnce() -> Owner<C, St>,
@@ -153,7 +153,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     /// Whether a call on `route` that turns slow at `slow_at` was slow, as of now; reads
     /// the clock only if needed. A call whose route measures slowness has its duration
     /// recorded (its start is `slow_at` less the route's threshold).
-    #[inline]
+    #[inline(always)]
     fn measure(&self, route: RouteId, slow_at: Option<Option<Instant>>) -> (bool, Option<Instant>) {
         if slow_at.is_none() && !self.needs_end_time {
             return (false, None);
@@ -189,7 +189,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     }
 
     /// Records one call's outcome under `permit`.
-    #[inline]
+    #[inline(always)]
     fn record(&self, permit: Permit, outcome: Outcome, slow: bool, end: Option<Instant>) {
         let store = &self.store;
         self.events.call(match outcome {
@@ -393,18 +393,18 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     /// Records `verdict` (slowness measured now) without moving the guard; it must not
     /// record again (dropping it afterwards releases nothing).
-    #[inline]
+    #[inline(always)]
     pub fn finish_in_place(&mut self, verdict: Verdict) {
         self.finish_outcome(verdict.outcome());
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish_outcome(&mut self, outcome: Outcome) {
         let (slow, now) = self.breaker.measure(self.route(), self.slow_at);
         self.finish_measured(outcome, slow, now);
     }
 
-    #[inline]
+    #[inline(always)]
     fn finish_measured(&mut self, outcome: Outcome, slow: bool, end: Option<Instant>) {
         self.done = true;
         self.breaker.record(self.permit, outcome, slow, end);

@@ -740,13 +740,19 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
-            let result = match this.phase.as_mut().project() {
+            let error = match this.phase.as_mut().project() {
                 PhaseProj::Called { future } => match future.poll(cx) {
-                    Poll::Ready(result) => result.map_err(Into::into),
+                    // The answer is judged where it lies and moved once, into the output:
+                    // a response head is over a hundred bytes, and turning the inner
+                    // `Result` into one with a `BoxError` first would copy it once more.
+                    Poll::Ready(Ok(response)) => {
+                        return Poll::Ready(Ok(answered::<_, Req, St, P>(response, this.admitted)));
+                    }
+                    Poll::Ready(Err(error)) => error.into(),
                     // The call first: a ready answer wins over a due deadline, and a call
                     // that answers on its first poll arms no timer.
                     Poll::Pending => match this.admitted.as_mut().as_pin_mut() {
-                        Some(admitted) => Err(ready!(St::poll_deadline(admitted, cx))),
+                        Some(admitted) => ready!(St::poll_deadline(admitted, cx)),
                         None => return Poll::Pending,
                     },
                 },
@@ -755,11 +761,11 @@ where
                     continue;
                 }
                 PhaseProj::Refused { error } => match error.take() {
-                    Some(error) => Err(error),
+                    Some(error) => error,
                     None => panic!("fusebox StagedFuture polled after completion"),
                 },
             };
-            return Poll::Ready(finish::<_, Req, St, P>(result, this.admitted));
+            return Poll::Ready(Err(failed::<Req, St>(error, this.admitted)));
         }
     }
 }
@@ -809,31 +815,37 @@ where
 
 /// Tells the stages the answer and hands it on with what they still wait for.
 #[inline(always)]
-fn finish<R, Req, St, P>(
-    result: Result<R, BoxError>,
+fn answered<R, Req, St, P>(
+    response: R,
     mut admitted: Pin<&mut Option<St::Admitted>>,
-) -> Result<P::Output<St::End>, BoxError>
+) -> P::Output<St::End>
 where
     St: Stage<Req>,
     P: Reply<R>,
 {
-    let answer = match &result {
-        Ok(response) => P::answer(response),
-        Err(error) => Answer::Error(&**error),
-    };
     // `None`: polled again after completion; the answer passes on unrecorded.
     let end = match admitted.as_mut().as_pin_mut() {
-        Some(stages) => St::on_answer(stages, answer),
+        Some(stages) => St::on_answer(stages, P::answer(&response)),
         None => None,
     };
     admitted.set(None);
-    match result {
-        Ok(response) => Ok(P::wrap(response, end)),
-        Err(error) => {
-            if let Some(end) = end {
-                end.on_end(StreamEnd::Dropped);
-            }
-            Err(error)
-        }
+    P::wrap(response, end)
+}
+
+/// Tells the stages the call failed with `error` (the inner service's, a deadline's or a
+/// refusal), and hands the error on.
+#[inline(never)]
+fn failed<Req, St>(error: BoxError, mut admitted: Pin<&mut Option<St::Admitted>>) -> BoxError
+where
+    St: Stage<Req>,
+{
+    let end = match admitted.as_mut().as_pin_mut() {
+        Some(stages) => St::on_answer(stages, Answer::Error(&*error)),
+        None => None,
+    };
+    admitted.set(None);
+    if let Some(end) = end {
+        end.on_end(StreamEnd::Dropped);
     }
+    error
 }

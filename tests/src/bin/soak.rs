@@ -75,6 +75,8 @@ use fusebox::error::{BudgetExhausted, CircuitOpen, DeadlineExceeded, Elapsed, Ov
 use fusebox::limit::LimitHandle;
 use fusebox::policy::BreakerKey;
 use fusebox::{BoxError, CircuitBreakerConfig, Deadline, KeyBy, Policy, RetryConfig};
+use fusebox_redis::RedisStoreConfig;
+use fusebox_tests::redis_server::RedisServer;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -154,6 +156,15 @@ struct Args {
     /// No progress line per phase (the summary is still printed).
     #[arg(long)]
     quiet: bool,
+    /// Keep the hot keys' breakers on a real `redis-server` that the soak starts on
+    /// 127.0.0.1 (on a free port, stopped at the end) instead of in memory; the churn keys'
+    /// stay in the process, as a keyed store on Redis keeps only the keys it is told to
+    /// share.
+    #[arg(long, conflicts_with = "redis_url")]
+    redis: bool,
+    /// Keep the breakers' state on the Redis server at this URL (`redis://127.0.0.1:6379/0`).
+    #[arg(long)]
+    redis_url: Option<String>,
     /// Allocate and keep this many KiB per second after the warm-up: a deliberate leak,
     /// to see the memory check fail.
     #[arg(long, default_value_t = 0, hide = true)]
@@ -182,6 +193,18 @@ struct Config {
     seed: u64,
     quiet: bool,
     leak_kib_per_sec: u64,
+    store: StoreChoice,
+}
+
+/// Where the breakers keep their state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StoreChoice {
+    /// In the process.
+    Memory,
+    /// On a `redis-server` the soak starts and stops.
+    StartRedis,
+    /// On the Redis server at this URL.
+    Redis(String),
 }
 
 impl Config {
@@ -238,6 +261,11 @@ impl Config {
         if a.threads == 0 {
             problems.push("--threads must be at least 1".to_owned());
         }
+        if let Some(url) = &a.redis_url
+            && let Err(e) = RedisStoreConfig::builder(url.as_str()).build()
+        {
+            problems.push(format!("--redis-url {url:?} is not usable: {e}"));
+        }
         if !problems.is_empty() {
             return Err(problems.join("\n"));
         }
@@ -263,6 +291,11 @@ impl Config {
             seed: a.seed,
             quiet: a.quiet,
             leak_kib_per_sec: a.leak_kib_per_sec,
+            store: match (&a.redis_url, a.redis) {
+                (Some(url), _) => StoreChoice::Redis(url.clone()),
+                (None, true) => StoreChoice::StartRedis,
+                (None, false) => StoreChoice::Memory,
+            },
         })
     }
 
@@ -950,7 +983,7 @@ fn judge_memory(samples: &[(f64, u64)], warm_up: f64, slack_mib: u64, slack_pct:
 /// timeout. The breaker trips at 50 % failures over the last 20 calls once it has 10 (the
 /// churn keys, used twice each and retried at most twice, never get there); its events go
 /// to `cycles`.
-fn policy(config: &Config, cycles: Arc<Cycles>) -> Result<Policy, String> {
+fn policy(config: &Config, cycles: Arc<Cycles>, redis: Option<&str>) -> Result<Policy, String> {
     let key_by = KeyBy::custom(|head| {
         head.headers()
             .get(KEY_HEADER)
@@ -958,7 +991,21 @@ fn policy(config: &Config, cycles: Arc<Cycles>) -> Result<Policy, String> {
             .unwrap_or("")
             .to_owned()
     });
-    Policy::builder("soak")
+    let builder = Policy::builder("soak");
+    let builder = match redis {
+        None => builder,
+        // The hot keys share their breakers on Redis; the churn keys, each used twice,
+        // stay in the process (a keyed store keeps on Redis only the keys it lists).
+        Some(url) => builder.breaker_store(
+            (0..config.hot_keys)
+                .fold(RedisStoreConfig::builder(url), |b, i| {
+                    b.share_key(format!("hot-{i}"))
+                })
+                .build()
+                .map_err(|e| format!("the soak's Redis store is invalid: {e}"))?,
+        ),
+    };
+    builder
         .timeout(config.timeout)
         .concurrency_limit((config.concurrency * 3 / 4).max(1))
         .circuit_breaker(
@@ -1317,7 +1364,7 @@ impl Finished<'_> {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "soak: {} phases of {} ({} issuing, {} healthy / {} failing), {} req/s target, {} workers, {} hot keys, max_keys {}",
+            "soak: {} phases of {} ({} issuing, {} healthy / {} failing), {} req/s target, {} workers, {} hot keys, max_keys {}, breaker state {}",
             config.phases,
             humantime::format_duration(config.phase),
             humantime::format_duration(Duration::from_millis(elapsed.as_millis() as u64)),
@@ -1327,6 +1374,10 @@ impl Finished<'_> {
             config.concurrency,
             config.hot_keys,
             config.max_keys,
+            match &config.store {
+                StoreChoice::Memory => "in memory",
+                StoreChoice::StartRedis | StoreChoice::Redis(_) => "on Redis",
+            },
         );
         let _ = writeln!(
             out,
@@ -1446,7 +1497,19 @@ async fn run(config: Config) -> Result<Outcome, String> {
         .map_err(|e| format!("cannot start the dependency on 127.0.0.1: {e}"))?;
     let cycles = Arc::new(Cycles::new(schedule, config.hot_keys));
 
-    let policy = policy(&config, Arc::clone(&cycles))?;
+    // The Redis server, when the soak starts its own: stopped when the run ends.
+    let mut own_redis = None;
+    let redis_url = match &config.store {
+        StoreChoice::Memory => None,
+        StoreChoice::Redis(url) => Some(url.clone()),
+        StoreChoice::StartRedis => {
+            let server = RedisServer::start().await;
+            let url = server.url();
+            own_redis = Some(server);
+            Some(url)
+        }
+    };
+    let policy = policy(&config, Arc::clone(&cycles), redis_url.as_deref())?;
     let keyed = policy
         .keyed_breaker_handle()
         .ok_or("the soak's policy has no keyed breaker")?;
@@ -1535,10 +1598,46 @@ async fn run(config: Config) -> Result<Outcome, String> {
         memory,
         join_errors: &join_errors,
     };
-    Ok(Outcome {
-        failures: finished.failures(),
-        summary: finished.summary(),
-    })
+    let mut summary = finished.summary();
+    let failures = finished.failures();
+    if let Some(url) = &redis_url {
+        summary.push_str(&redis_summary(url).await);
+    }
+    drop(own_redis);
+    Ok(Outcome { failures, summary })
+}
+
+/// What the Redis server holds at the end of a run on Redis: its keys and its memory (the
+/// breakers of the churn keys must not pile up there either).
+async fn redis_summary(url: &str) -> String {
+    let read = async {
+        let client = redis::Client::open(url)?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        let keys: u64 = redis::cmd("DBSIZE").query_async(&mut conn).await?;
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut conn)
+            .await?;
+        Ok::<_, redis::RedisError>((keys, info))
+    };
+    match read.await {
+        Ok((keys, info)) => {
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .unwrap_or("?")
+                    .trim()
+                    .to_owned()
+            };
+            format!(
+                "redis: {keys} keys at the end, used_memory {} (peak {}), rss {}\n",
+                field("used_memory_human"),
+                field("used_memory_peak_human"),
+                field("used_memory_rss_human"),
+            )
+        }
+        Err(e) => format!("redis: could not read the server's keys and memory: {e}\n"),
+    }
 }
 
 fn main() -> ExitCode {
