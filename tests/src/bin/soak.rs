@@ -8,7 +8,9 @@
 //! paused-time test; CI runs it for 45 seconds (`tests/tests/soak.rs`).
 //!
 //! Run with: `cargo run -p fusebox-tests --bin soak -- --duration 60s`
-//! (`--release` and `--duration 2h` for a long local run; `--help` for every option).
+//! (`--release` and `--duration 2h` for a long local run; `--redis` to keep the hot keys'
+//! breakers on a real `redis-server` the soak starts on 127.0.0.1, or `--redis-url` for a
+//! running one; `--help` for every option).
 //!
 //! # What runs
 //!
