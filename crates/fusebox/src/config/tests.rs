@@ -486,8 +486,14 @@ fn written_and_read_back(file: &PolicyFile, names: &[&str]) {
         assert_eq!(after.limit_config(), before.limit_config(), "{name}");
         assert_eq!(after.timeout_config(), before.timeout_config(), "{name}");
         assert_eq!(
-            after.retry_config().map(fusebox_retry::RetrySection::of),
-            before.retry_config().map(fusebox_retry::RetrySection::of),
+            after
+                .retry_config()
+                .as_deref()
+                .map(fusebox_retry::RetrySection::of),
+            before
+                .retry_config()
+                .as_deref()
+                .map(fusebox_retry::RetrySection::of),
             "{name}"
         );
         assert_eq!(after.recovery_ramp(), before.recovery_ramp(), "{name}");
