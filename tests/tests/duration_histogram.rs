@@ -19,7 +19,11 @@ fn dependency() -> impl Service<
     Future = impl Send,
 > + Clone {
     tower::service_fn(|request: Request<ReplayBody<Empty<Bytes>>>| async move {
-        let wait = if request.uri().path() == "/slow" { 300 } else { 20 };
+        let wait = if request.uri().path() == "/slow" {
+            300
+        } else {
+            20
+        };
         tokio::time::sleep(Duration::from_millis(wait)).await;
         Ok::<_, Infallible>(Response::new(Empty::new()))
     })

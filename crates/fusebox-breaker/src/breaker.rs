@@ -73,11 +73,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         let timed = fusebox_classify::series::recording();
         let slow_after = table
             .iter()
-            .map(|(_, _, route)| {
-                route
-                    .slow_call_threshold()
-                    .or(timed.then_some(NEVER_SLOW))
-            })
+            .map(|(_, _, route)| route.slow_call_threshold().or(timed.then_some(NEVER_SLOW)))
             .collect();
         // The call-duration histograms, per route: one set per layer, shared by its keys.
         events.durations(&table);

@@ -35,11 +35,12 @@
 //! | `fusebox_breaker_failure_ratio_threshold` | gauge | `dependency`, `key`¹ | breaker: the failure-rate threshold, 0–1 |
 //! | `fusebox_breaker_slow_call_ratio_threshold` | gauge | `dependency`, `key`¹ | breaker: the slow-call-rate threshold, 0–1 |
 //! | `fusebox_breaker_state_seconds` | gauge | `dependency`, `key`¹, `state` | breaker: seconds spent in each state, added when it leaves it |
-//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | breaker: call duration, on routes with a slow-call threshold |
+//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | breaker: call duration, on every route (see below) |
 //! | `fusebox_limit_limit` | gauge | `dependency` | limit: the limit enforced now |
 //! | `fusebox_limit_in_flight` | gauge | `dependency` | limit: calls holding a permit |
 //! | `fusebox_limit_queued` | gauge | `dependency` | limit: calls waiting in the queue |
 //! | `fusebox_limit_calls_total` | counter | `dependency`, `kind` | limit: calls by outcome, `admitted`, `full`, `queue_full`, `queue_timeout` |
+//! | `fusebox_timeout_calls_total` | counter | `dependency`, `route`, `kind` | timeout: calls bounded, by how they ended, `completed` or `elapsed` |
 //! | `fusebox_timeout_elapsed_total` | counter | `dependency`, `route`, `phase` | timeout: calls that timed out, `headers` or `body` |
 //! | `fusebox_timeout_deadline_exceeded_total` | counter | `dependency`, `route` | timeout: calls refused unsent, the caller's deadline passed |
 //! | `fusebox_deadline_malformed_total` | counter | `header` | incoming deadlines ignored as malformed (server side: no dependency) |
@@ -68,7 +69,7 @@
 //! | breaker, keyed | the same per key, so times `max_keys` (default 10,000) plus one overflow breaker per shard: keep `max_keys` to the keys you mean to watch |
 //! | call duration | one histogram (its buckets, plus `_sum` and `_count`) per route of the table |
 //! | limit | 3 gauges + 4 calls |
-//! | timeout | 3 per route of the table (2 phases + deadline exceeded) |
+//! | timeout | 5 per route of the table (2 calls kinds + 2 phases + deadline exceeded) |
 //! | retry | 5 |
 //! | fallbacks | 4 |
 //! | Redis store | 4 (per key for a keyed breaker shared on Redis) |
@@ -78,7 +79,14 @@
 //!
 //! # Buckets
 //!
-//! The call-duration histogram records seconds; the exporter decides its buckets. With
+//! The call-duration histogram records every call of every route, in seconds, when a
+//! recorder is installed before the breaker is built: a route with a slow-call threshold
+//! reads the clock for it anyway; a route without one reads it once more per call (one
+//! `Instant::now()`, about 15–25 ns; `docs/metrics.md` has the measurement) only while a
+//! recorder is installed, and never counts a call slow. Without a recorder, no route reads
+//! a clock for it.
+//!
+//! The exporter decides its buckets. With
 //! `metrics-exporter-prometheus`, either for every histogram (`set_buckets`) or for this
 //! one (`set_buckets_for_metric(Matcher::Full("fusebox_breaker_call_duration_seconds".into()),
 //! &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])`); without buckets
@@ -182,6 +190,8 @@ pub const LIMIT_IN_FLIGHT: &str = fusebox_limit::observe::IN_FLIGHT;
 pub const LIMIT_QUEUED: &str = fusebox_limit::observe::QUEUED;
 /// Counter: limit calls by outcome (`kind`).
 pub const LIMIT_CALLS_TOTAL: &str = fusebox_limit::observe::CALLS;
+/// Counter: calls the timeout bounded, by how they ended (`kind`).
+pub const TIMEOUT_CALLS_TOTAL: &str = fusebox_timeout::telemetry::CALLS_TOTAL;
 /// Counter: calls that timed out.
 pub const TIMEOUT_ELAPSED_TOTAL: &str = fusebox_timeout::telemetry::ELAPSED_TOTAL;
 /// Counter: calls refused because their deadline had passed.
