@@ -75,3 +75,73 @@ async fn every_route_is_timed_with_a_recorder_installed() {
         "{scrape}"
     );
 }
+
+#[test]
+fn a_files_duration_buckets_are_checked_with_everything_else() {
+    use fusebox::config::PolicyFile;
+    use fusebox::metrics::DurationBuckets;
+
+    let file = PolicyFile::from_toml(
+        "[metrics]\nduration_buckets = [0.005, 0.05, 0.5, 5]\n\n[policies.dep.breaker]\nfailure_rate_threshold = 50\n",
+    )
+    .unwrap();
+    assert_eq!(
+        file.duration_buckets().map(DurationBuckets::as_slice),
+        Some(&[0.005, 0.05, 0.5, 5.0][..])
+    );
+    assert_eq!(
+        PolicyFile::from_toml("[policies.dep.breaker]\n")
+            .unwrap()
+            .duration_buckets(),
+        None
+    );
+
+    // Every problem at once, each at its path: a bound of zero, one out of order, one
+    // infinite, an unknown key, and a policy's own problem.
+    let err = PolicyFile::from_toml(
+        "[metrics]\nduration_buckets = [0, 0.5, 0.2, inf]\nbucket = 1\n\n[policies.dep.breaker]\nfailure_rate_threshold = 150\n",
+    )
+    .unwrap_err();
+    let problems: Vec<_> = err
+        .problems()
+        .iter()
+        .map(|p| (p.path().to_owned(), p.rule().to_owned()))
+        .collect();
+    for (path, rule) in [
+        (
+            "metrics.duration_buckets[0]",
+            "must be greater than zero, got 0",
+        ),
+        (
+            "metrics.duration_buckets[2]",
+            "must be greater than the bound before it (0.5), got 0.2",
+        ),
+        (
+            "metrics.duration_buckets[3]",
+            "must be a finite number of seconds, got inf",
+        ),
+    ] {
+        assert!(
+            problems.iter().any(|(p, r)| p == path && r == rule),
+            "{path}: {rule} not in {problems:?}"
+        );
+    }
+    assert!(
+        problems.iter().any(|(p, _)| p == "metrics.bucket"),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|(p, _)| p.ends_with("failure_rate_threshold")),
+        "{problems:?}"
+    );
+    assert_eq!(
+        DurationBuckets::new(Vec::new()).unwrap_err().problems()[0].path(),
+        "metrics.duration_buckets"
+    );
+    assert_eq!(
+        DurationBuckets::default().as_slice(),
+        fusebox::metrics::DEFAULT_DURATION_BUCKETS
+    );
+}

@@ -81,10 +81,10 @@
 //!
 //! The call-duration histogram records every call of every route, in seconds, when a
 //! recorder is installed before the breaker is built: a route with a slow-call threshold
-//! reads the clock for it anyway; a route without one reads it once more per call (one
-//! `Instant::now()`, about 15–25 ns; `docs/metrics.md` has the measurement) only while a
-//! recorder is installed, and never counts a call slow. Without a recorder, no route reads
-//! a clock for it.
+//! reads the clock for it anyway; a route without one reads it for the histogram (at
+//! admission and at the answer: two `Instant::now()`; `docs/metrics.md` has the
+//! measurement) only while a recorder is installed, and never counts a call slow. Without
+//! a recorder, no route reads a clock for it.
 //!
 //! The exporter decides its buckets. With
 //! `metrics-exporter-prometheus`, either for every histogram (`set_buckets`) or for this
@@ -121,6 +121,7 @@
 //! nothing afterwards. Histograms are not per key and need no idle timeout.
 
 use fusebox_classify::series::Family;
+use fusebox_classify::{ConfigError, Validator};
 use std::sync::Once;
 
 pub use fusebox_classify::series::{DEPENDENCY, Kind, keep_alive};
@@ -251,5 +252,84 @@ mod tests {
     #[cfg(not(feature = "redis"))]
     fn fusebox_redis_rows() -> usize {
         4
+    }
+}
+
+/// The bounds of the call-duration histogram's buckets ([`BREAKER_CALL_DURATION_SECONDS`]),
+/// in seconds, checked: at least one, each finite and greater than zero, each greater than
+/// the one before. A policy file gives them as `duration_buckets` in its `[metrics]`
+/// table (`fusebox::config::PolicyFile::duration_buckets`).
+///
+/// The exporter applies them: the `metrics` facade carries values, not buckets. With
+/// `metrics-exporter-prometheus`:
+///
+/// ```
+/// use fusebox::metrics::{BREAKER_CALL_DURATION_SECONDS, DurationBuckets};
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+///
+/// let buckets = DurationBuckets::new([0.01, 0.05, 0.25, 1.0])?;
+/// let recorder = PrometheusBuilder::new()
+///     .set_buckets_for_metric(
+///         Matcher::Full(BREAKER_CALL_DURATION_SECONDS.into()),
+///         buckets.as_slice(),
+///     )?
+///     .build_recorder();
+/// # drop(recorder);
+///
+/// let err = DurationBuckets::new([0.1, 0.1, f64::NAN]).unwrap_err();
+/// assert_eq!(err.problems()[0].path(), "metrics.duration_buckets[1]");
+/// assert_eq!(err.problems()[1].path(), "metrics.duration_buckets[2]");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DurationBuckets(Box<[f64]>);
+
+/// The default bounds of [`DurationBuckets`]: 5 ms to 10 s.
+pub const DEFAULT_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Where [`DurationBuckets`]' problems are reported.
+const BUCKETS_PATH: &str = "metrics.duration_buckets";
+
+impl DurationBuckets {
+    /// Checks `bounds` (seconds): every problem at once, each under
+    /// `metrics.duration_buckets[i]` (or `metrics.duration_buckets` for an empty list).
+    pub fn new(bounds: impl Into<Vec<f64>>) -> Result<Self, ConfigError> {
+        let bounds: Vec<f64> = bounds.into();
+        let mut v = Validator::new();
+        v.check(!bounds.is_empty(), BUCKETS_PATH, || {
+            "must list at least one bound".into()
+        });
+        let mut previous: Option<f64> = None;
+        for (i, &b) in bounds.iter().enumerate() {
+            let path = format!("{BUCKETS_PATH}[{i}]");
+            if !b.is_finite() {
+                v.fail(path, format!("must be a finite number of seconds, got {b}"));
+                continue;
+            }
+            if b <= 0.0 {
+                v.fail(path, format!("must be greater than zero, got {b}"));
+            } else if let Some(p) = previous.filter(|p| b <= *p) {
+                v.fail(
+                    path,
+                    format!("must be greater than the bound before it ({p}), got {b}"),
+                );
+            }
+            previous = Some(previous.map_or(b, |p| p.max(b)));
+        }
+        v.finish(DurationBuckets(bounds.into_boxed_slice()))
+    }
+
+    /// The bounds, in seconds, increasing.
+    pub fn as_slice(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+impl Default for DurationBuckets {
+    /// [`DEFAULT_DURATION_BUCKETS`].
+    fn default() -> Self {
+        DurationBuckets(DEFAULT_DURATION_BUCKETS.into())
     }
 }
