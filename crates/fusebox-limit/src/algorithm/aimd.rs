@@ -80,7 +80,7 @@ impl Aimd {
     pub fn reconfigured(&self, config: &AimdConfig) -> Self {
         let mut next = Aimd::new(config);
         next.limit = self.limit.clamp(next.min as f64, next.max as f64);
-        next.gate = self.gate.clone();
+        next.gate = self.gate;
         next
     }
 }

@@ -134,7 +134,7 @@ impl Vegas {
         next.probe = self.probe.clone();
         next.last_probe = self.last_probe;
         next.last_change = self.last_change;
-        next.gate = self.gate.clone();
+        next.gate = self.gate;
         next
     }
 
