@@ -197,7 +197,7 @@ fn every_problem_is_reported_with_its_path() {
     assert_eq!(
         problems(&err),
         [
-            "colour: unknown key; expected one of: defaults, policies",
+            "colour: unknown key; expected one of: defaults, policies, metrics",
             "defaults.breaker.open_wait: must be a duration with a unit, such as \"250ms\" or \"30s\", got 30",
             "defaults.timout: unknown key; did you mean `timeout`?",
             "policies.fraud-eu.breaker.failur_rate_threshold: unknown key; did you mean `failure_rate_threshold`?",
