@@ -567,6 +567,6 @@ proptest! {
 
     #[test]
     fn retry_sections_agree(s in retry_section()) {
-        agree("retry", &s, retry_in_code(&s), |p| p.retry_config().cloned().expect("a budget"), same_retry);
+        agree("retry", &s, retry_in_code(&s), |p| p.retry_config().map(|c| (*c).clone()).expect("a budget"), same_retry);
     }
 }

@@ -112,6 +112,7 @@ fn every_metric_the_dashboard_queries_is_one_fusebox_exports() {
         "fusebox_breaker_calls_total",
         "fusebox_breaker_probes_total",
         "fusebox_breaker_call_duration_seconds_bucket",
+        "fusebox_timeout_calls_total",
         "fusebox_retry_retries_total",
         "fusebox_policy_fallbacks_total",
     ] {

@@ -264,6 +264,20 @@ async fn a_scrape_of_two_policies_and_a_keyed_one_has_every_family_with_unmixed_
     assert!(has(
         "fusebox_timeout_elapsed_total{dependency=\"beta\",route=\"default\",phase=\"headers\"} 0"
     ));
+    // Calls by how the timeout saw them end: alpha's four answers in time and the one it
+    // cut short; beta's calls that reached it all answered (the rest the breaker refused).
+    assert!(has(
+        "fusebox_timeout_calls_total{dependency=\"alpha\",route=\"default\",kind=\"completed\"} 4"
+    ));
+    assert!(has(
+        "fusebox_timeout_calls_total{dependency=\"alpha\",route=\"GET /slow\",kind=\"elapsed\"} 1"
+    ));
+    assert!(has(
+        "fusebox_timeout_calls_total{dependency=\"alpha\",route=\"GET /slow\",kind=\"completed\"} 0"
+    ));
+    assert!(has(
+        "fusebox_timeout_calls_total{dependency=\"beta\",route=\"default\",kind=\"completed\"} 4"
+    ));
     // Unnamed retry budgets and limits take the policy's name.
     assert!(has("fusebox_retry_attempts_total{dependency=\"alpha\"} 5"));
     assert!(has("fusebox_retry_attempts_total{dependency=\"beta\"} 5"));

@@ -33,13 +33,18 @@ const WITHIN: Duration = Duration::from_secs(10);
 /// The policy file every replica reads: a count window of 20 that trips at 50 % after 10
 /// calls, no jitter, two probes; the breaker's state on the Redis at `url`, in `mode`.
 fn policy_file(url: &str, mode: &str) -> PolicyFile {
+    policy_file_with(url, mode, 50, "300ms")
+}
+
+/// [`policy_file`] with another threshold and open wait.
+fn policy_file_with(url: &str, mode: &str, threshold: u32, open_wait: &str) -> PolicyFile {
     PolicyFile::from_toml(&format!(
         r#"
         [defaults.breaker]
         count_window = 20
         minimum_calls = 10
-        failure_rate_threshold = 50
-        open_wait = "300ms"
+        failure_rate_threshold = {threshold}
+        open_wait = "{open_wait}"
         open_wait_jitter = "0s"
         permitted_probes = 2
         max_half_open_wait = "30s"
@@ -491,4 +496,67 @@ fn the_example_files_redis_store_section_builds_when_uncommented() {
         let inventory = file.build("inventory").expect("inventory builds");
         assert!(inventory.breaker_store().is_in_memory());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_changes_the_fleets_thresholds_and_waits_and_keeps_the_connection_and_state() {
+    let redis = RedisServer::start().await;
+    let dep = TestServer::start(Reply::status(200)).await;
+    let file = policy_file(&redis.url(), "strict");
+    let (a, b) = two_replicas(&file).await;
+
+    // Every replica reloads the edited file: a 20 % threshold and a 30 s open wait.
+    let edited = policy_file_with(&redis.url(), "strict", 20, "30s");
+    for r in [&a, &b] {
+        let reports = edited.reload(&[&r.policy]).expect("a valid reload");
+        assert!(reports[0].is_complete(), "{}", reports[0]);
+        let paths: Vec<_> = reports[0].changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "breaker.failure_rate_threshold",
+                "breaker.open_wait",
+                "breaker.max_open_wait"
+            ],
+            "{}",
+            reports[0]
+        );
+        assert!(r.connected(), "the connection is kept");
+    }
+
+    // Eight successes and two failures, through A: 20 % of ten calls, which opens the
+    // fleet at the new threshold (and would not have at 50 %).
+    for _ in 0..8 {
+        assert_eq!(a.call(&dep.url("/pay")).await.expect("admitted"), 200);
+    }
+    dep.set(Reply::status(503));
+    for _ in 0..2 {
+        assert_eq!(a.call(&dep.url("/pay")).await.expect("admitted"), 503);
+    }
+    for (name, r) in [("A", &a), ("B", &b)] {
+        eventually(WITHIN, &format!("replica {name} shows OPEN"), || async {
+            r.state() == State::Open
+        })
+        .await;
+    }
+    let open = a.policy.breaker_handle().expect("a breaker").snapshot();
+    let left = open.until_half_open.expect("an open wait");
+    assert!(
+        left > Duration::from_secs(20),
+        "the new open wait: {left:?}"
+    );
+
+    // Reloaded while open: the fleet's breaker stays open, in the same generation.
+    let reports = file.reload(&[&a.policy]).expect("a valid reload");
+    assert!(reports[0].is_complete(), "{}", reports[0]);
+    let still = a.policy.breaker_handle().expect("a breaker").snapshot();
+    assert_eq!(still.state, State::Open);
+    assert_eq!(still.generation, open.generation);
+    assert!(
+        a.call(&dep.url("/pay"))
+            .await
+            .expect_err("rejected")
+            .is::<CircuitOpen>()
+    );
+    assert!(a.connected());
 }

@@ -41,6 +41,11 @@ pub(crate) struct Breaker<C, St> {
     pub(crate) touched: AtomicBool,
 }
 
+/// The slow-call threshold of a route that has none, when calls are timed for the
+/// call-duration histogram: about 136 years, which no call lasts, so no call on such a
+/// route is ever counted slow.
+const NEVER_SLOW: Duration = Duration::from_secs(u32::MAX as u64);
+
 impl<C, St: Store> fmt::Debug for Breaker<C, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Breaker")
@@ -61,9 +66,14 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         count_overloaded: bool,
     ) -> Self {
         let needs_end_time = store.needs_end_time();
+        // With a metrics recorder installed, every route is timed for the call-duration
+        // histogram: a route without a slow-call threshold gets one past any call's
+        // duration ([`NEVER_SLOW`]), which no call reaches. Without a recorder, such a
+        // route reads no clock.
+        let timed = fusebox_classify::series::recording();
         let slow_after = table
             .iter()
-            .map(|(_, _, route)| route.slow_call_threshold())
+            .map(|(_, _, route)| route.slow_call_threshold().or(timed.then_some(NEVER_SLOW)))
             .collect();
         // The call-duration histograms, per route: one set per layer, shared by its keys.
         events.durations(&table);

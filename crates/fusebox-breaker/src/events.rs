@@ -25,7 +25,7 @@
 //! | `fusebox_breaker_failure_ratio_threshold` | gauge | `dependency`, `key`¹ | the failure-rate threshold, 0–1 |
 //! | `fusebox_breaker_slow_call_ratio_threshold` | gauge | `dependency`, `key`¹ | the slow-call-rate threshold, 0–1 |
 //! | `fusebox_breaker_state_seconds` | gauge | `dependency`, `key`¹, `state` | seconds spent in each state, added when the breaker leaves it (only grows: use `increase()`) |
-//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | how long calls took (to the response head, for a streamed call), on routes with a slow-call threshold |
+//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | how long calls took (to the response head, for a streamed call), on every route once a recorder is installed when the breaker is built |
 //!
 //! ¹ keyed breakers only.
 //!

@@ -124,7 +124,7 @@ impl PolicySpec {
     }
 
     /// The retry budget, if any.
-    pub fn retry(&self) -> Option<&RetryConfig> {
+    pub fn retry(&self) -> Option<std::sync::Arc<RetryConfig>> {
         self.policy.retry_config()
     }
 

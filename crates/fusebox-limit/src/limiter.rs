@@ -49,7 +49,9 @@ pub(crate) struct Limiter<C> {
     pub(crate) name: Arc<str>,
     pub(crate) release: Release,
     pub(crate) retry_after: Duration,
-    pub(crate) queue: Option<QueueConfig>,
+    /// The queue, if the limit was built with one; a reload may change its size and wait
+    /// ([`Limiter::reconfigure`]).
+    queue: Option<QueueNow>,
     pub(crate) table: RouteTable<C>,
     pub(crate) clock: Clock,
     partitioned: bool,
@@ -72,6 +74,66 @@ impl<C> fmt::Debug for Limiter<C> {
             .finish_non_exhaustive()
     }
 }
+
+/// A queue's settings as calls read them now: each a relaxed atomic, read once where it is
+/// used (a reload stores new values; a call sees them from its next read on).
+#[derive(Debug)]
+struct QueueNow {
+    max_waiters: AtomicUsize,
+    max_wait_nanos: std::sync::atomic::AtomicU64,
+}
+
+impl QueueNow {
+    fn new(q: &QueueConfig) -> Self {
+        let now = QueueNow {
+            max_waiters: AtomicUsize::new(0),
+            max_wait_nanos: Default::default(),
+        };
+        now.set(q);
+        now
+    }
+
+    fn set(&self, q: &QueueConfig) {
+        self.max_waiters.store(q.max_waiters(), Relaxed);
+        self.max_wait_nanos.store(
+            fusebox_classify::clock::duration_nanos(q.max_wait()),
+            Relaxed,
+        );
+    }
+
+    fn get(&self) -> QueueConfig {
+        QueueConfig::new(
+            self.max_waiters.load(Relaxed),
+            Duration::from_nanos(self.max_wait_nanos.load(Relaxed)),
+        )
+    }
+}
+
+/// Why a limit did not take new settings in place
+/// ([`LimitHandle::reconfigure`](crate::LimitHandle::reconfigure)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reconfigure {
+    /// A fixed limit would become adaptive, or an adaptive one fixed.
+    Kind,
+    /// A queue would be added or removed.
+    Queue,
+}
+
+impl fmt::Display for Reconfigure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reconfigure::Kind => {
+                "a limit is built fixed or adaptive: an adaptive limit's calls are timed and fed to its algorithm, a fixed limit's are not"
+            }
+            Reconfigure::Queue => {
+                "a limit is built with or without a queue: without one, a call that finds it full is shed without a look for waiters"
+            }
+        })
+    }
+}
+
+impl std::error::Error for Reconfigure {}
 
 /// What the slow paths share, behind one lock.
 struct Slow {
@@ -107,6 +169,13 @@ impl Algorithm {
         match self {
             Algorithm::Aimd(_) => "aimd",
             Algorithm::Vegas(_) => "vegas",
+        }
+    }
+
+    fn limit(&self) -> usize {
+        match self {
+            Algorithm::Aimd(a) => a.limit(),
+            Algorithm::Vegas(v) => v.limit(),
         }
     }
 }
@@ -157,7 +226,7 @@ impl<C> Limiter<C> {
             name: Arc::clone(&config.name),
             release: config.release(),
             retry_after: config.retry_after(),
-            queue: config.queue().copied(),
+            queue: config.queue().map(QueueNow::new),
             table,
             clock: Clock::new(),
             partitioned: !shares.is_empty(),
@@ -178,6 +247,71 @@ impl<C> Limiter<C> {
             metrics,
             extension_methods: ExtensionMethods::default(),
         }
+    }
+
+    /// The queue's settings now, if the limit has a queue.
+    pub(crate) fn queue(&self) -> Option<QueueConfig> {
+        self.queue.as_ref().map(QueueNow::get)
+    }
+
+    /// Takes `config`'s limit (the fixed value, or the same algorithm's settings) and
+    /// queue size and wait from now on, keeping the permits in flight, the waiters and an
+    /// adaptive limit's current value and measurements. Changes nothing, and says why,
+    /// when the limit would change kind (fixed or adaptive) or gain or lose its queue.
+    pub(crate) fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure> {
+        let adaptive = !matches!(config.limit(), Limit::Fixed(_));
+        if adaptive != self.adaptive.is_some() {
+            return Err(Reconfigure::Kind);
+        }
+        if config.queue().is_some() != self.queue.is_some() {
+            return Err(Reconfigure::Queue);
+        }
+        if let (Some(now), Some(q)) = (&self.queue, config.queue()) {
+            // Waiters already queued past a smaller size keep their places; more room
+            // changes no one's admission.
+            now.set(q);
+        }
+        match (config.limit(), &self.adaptive) {
+            (Limit::Fixed(max), _) => {
+                self.set_limit(*max);
+            }
+            (limit, Some(adaptive)) => {
+                let (old, new) = {
+                    let mut a = lock(adaptive);
+                    let current = self.limit.load(Relaxed);
+                    a.algorithm = match (limit, &a.algorithm) {
+                        (Limit::Aimd(c), Algorithm::Aimd(running)) => {
+                            Algorithm::Aimd(running.reconfigured(c))
+                        }
+                        (Limit::Vegas(c), Algorithm::Vegas(running)) => {
+                            Algorithm::Vegas(running.reconfigured(c))
+                        }
+                        // Another algorithm: AIMD starts from the limit in force now; Vegas
+                        // first measures the no-load latency (at its minimum), as it does
+                        // when built.
+                        (Limit::Aimd(c), _) => {
+                            Algorithm::Aimd(Aimd::new(&c.clone().initial_limit(current)))
+                        }
+                        (Limit::Vegas(c), _) => {
+                            Algorithm::Vegas(Vegas::new(&c.clone().initial_limit(current)))
+                        }
+                        (Limit::Fixed(_), _) => return Err(Reconfigure::Kind),
+                    };
+                    let new = a.algorithm.limit();
+                    if new != current {
+                        self.limit.store(new, SeqCst);
+                        self.metrics.limit.set(new as f64);
+                    }
+                    (current, new)
+                };
+                if new > old && waiters_seen(&self.waiting) != 0 {
+                    let mut slow = lock(&self.slow);
+                    self.pump(&mut slow);
+                }
+            }
+            (_, None) => return Err(Reconfigure::Kind),
+        }
+        Ok(())
     }
 
     pub(crate) fn is_adaptive(&self) -> bool {
@@ -379,8 +513,9 @@ impl<C> Limiter<C> {
         let Some(queue) = &self.queue else {
             return Err(Shed::Full);
         };
+        let max_waiters = queue.max_waiters.load(Relaxed);
         let mut slow = lock(&self.slow);
-        if slow.queue.order.len() >= queue.max_waiters() {
+        if slow.queue.order.len() >= max_waiters {
             return Err(Shed::QueueFull);
         }
         let slot = slow.queue.insert(partition);
@@ -605,6 +740,12 @@ impl<C: Send + Sync> Observe for Lane<C> {
     fn set_limit(&self, limit: usize) -> bool {
         self.limiter().set_limit(limit)
     }
+    fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure> {
+        self.limiter().reconfigure(config)
+    }
+    fn queue(&self) -> Option<QueueConfig> {
+        self.limiter().queue()
+    }
 }
 
 // === impl Permit ===
@@ -784,6 +925,8 @@ pub(crate) trait Observe: Send + Sync + fmt::Debug {
     fn in_flight(&self) -> usize;
     fn waiting(&self) -> usize;
     fn set_limit(&self, limit: usize) -> bool;
+    fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure>;
+    fn queue(&self) -> Option<QueueConfig>;
 }
 
 #[cfg(all(test, fusebox_loom))]

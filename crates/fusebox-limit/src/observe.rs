@@ -18,7 +18,8 @@
 //! reported, with fields `limiter`, `algorithm`, `from`, `to`, `dropped` (whether the sample
 //! that moved it was a drop), `latency_us` and `in_flight`.
 
-use crate::limiter::Observe;
+use crate::config::{ConcurrencyLimitConfig, QueueConfig};
+use crate::limiter::{Observe, Reconfigure};
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
 use metrics::{Counter, Gauge};
 use std::fmt;
@@ -150,6 +151,47 @@ impl LimitHandle {
     /// ```
     pub fn set_limit(&self, limit: usize) -> bool {
         self.inner.set_limit(limit)
+    }
+
+    /// The queue's settings now (as built, or as the last
+    /// [`reconfigure`](LimitHandle::reconfigure) set them), if the limit has a queue.
+    pub fn queue(&self) -> Option<QueueConfig> {
+        self.inner.queue()
+    }
+
+    /// Takes `config`'s settings from the next call on, keeping the permits in flight and
+    /// the waiters (a reload of a running limit): a fixed limit's value (as
+    /// [`set_limit`](LimitHandle::set_limit)); an adaptive limit's settings, keeping its
+    /// current value (within the new bounds) and measurements — or another adaptive
+    /// algorithm (AIMD starts from the current value; Vegas first measures the no-load
+    /// latency at its minimum, as when built); the queue's size and wait (waiters
+    /// already queued keep their places and their deadlines). `config`'s name, release,
+    /// `retry_after` and `log_step` are not read.
+    ///
+    /// Refused, changing nothing, when the limit would turn fixed from adaptive or
+    /// adaptive from fixed, or gain or lose its queue ([`Reconfigure`]).
+    ///
+    /// ```
+    /// use fusebox_limit::{AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitLayer, Reconfigure};
+    /// use std::time::Duration;
+    ///
+    /// let config = |max_waiters| {
+    ///     ConcurrencyLimitConfig::builder()
+    ///         .aimd(AimdConfig::new().initial_limit(10).max_limit(100))
+    ///         .queue(max_waiters, Duration::from_millis(50))
+    ///         .build()
+    /// };
+    /// let layer = ConcurrencyLimitLayer::new(config(8)?);
+    /// let handle = layer.handle();
+    /// handle.reconfigure(&config(32)?)?;
+    /// assert_eq!(handle.queue().map(|q| q.max_waiters()), Some(32));
+    ///
+    /// let fixed = ConcurrencyLimitConfig::builder().max_concurrency(10).build()?;
+    /// assert_eq!(handle.reconfigure(&fixed), Err(Reconfigure::Kind));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure> {
+        self.inner.reconfigure(config)
     }
 }
 

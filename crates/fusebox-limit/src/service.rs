@@ -95,7 +95,7 @@ impl<C: Classifier, P> LimitStage<C, P> {
         let limiter = lane.limiter();
         match Lane::enqueue(lane) {
             Ok(ticket) => {
-                let max_wait = limiter.queue.map(|q| q.max_wait()).unwrap_or_default();
+                let max_wait = limiter.queue().map(|q| q.max_wait()).unwrap_or_default();
                 let deadline = tokio::time::Instant::now() + max_wait;
                 Acquire::Queued(Queued::new(ticket, deadline, call))
             }

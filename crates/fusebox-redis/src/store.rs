@@ -17,11 +17,13 @@ use crate::batch::{Added, BATCH_HIGH, Batch};
 use crate::config::{Fallback, Mode};
 use crate::script::{self, ConfigArgs, Keys, Op, Reply};
 use crate::telemetry::Metrics;
+use arc_swap::ArcSwap;
 use fusebox_breaker::events::EventKind;
 use fusebox_breaker::state::{HALF_OPEN_RETRY_HINT, OpenJitter, Permit, PermitKind, Rejected};
 use fusebox_breaker::store::StoreSpec;
 use fusebox_breaker::{
-    Command, MemoryStore, Reason, Snapshot, State, Store, Transition, WindowTotals,
+    CircuitBreakerConfig, Command, MemoryStore, Reason, Reconfigure, Snapshot, State, Store,
+    Transition, WindowTotals,
 };
 use fusebox_classify::Nanos;
 use std::fmt;
@@ -173,6 +175,20 @@ impl Store for RedisStore {
         }
     }
 
+    fn config(&self) -> Option<Arc<CircuitBreakerConfig>> {
+        match &self.inner {
+            Inner::Local(m) => m.config(),
+            Inner::Shared { shared, .. } => Some(shared.config.load_full()),
+        }
+    }
+
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        match &self.inner {
+            Inner::Local(m) => m.reconfigure(config),
+            Inner::Shared { shared, .. } => shared.reconfigure(config),
+        }
+    }
+
     fn needs_end_time(&self) -> bool {
         match &self.inner {
             // Batched and strict outcomes are timed by Redis's clock; the fallback breaker
@@ -228,7 +244,11 @@ struct Local {
 pub(crate) struct Shared {
     pub(crate) backend: Arc<Backend>,
     pub(crate) keys: Keys,
-    pub(crate) args: ConfigArgs,
+    /// The settings the script is sent with every call: swapped whole by a reload
+    /// ([`Store::reconfigure`]).
+    pub(crate) args: ArcSwap<ConfigArgs>,
+    /// The breaker's settings now (the spec's, until a reload).
+    config: ArcSwap<CircuitBreakerConfig>,
     pub(crate) spec: StoreSpec,
     pub(crate) mode: Mode,
     fallback: Fallback,
@@ -289,7 +309,8 @@ impl Shared {
             mode: config.mode,
             fallback: config.fallback,
             keys,
-            args,
+            args: ArcSwap::from_pointee(args),
+            config: ArcSwap::new(Arc::clone(&spec.config)),
             word: AtomicU64::new(pack(UNSYNCED, 0)),
             clean: AtomicBool::new(false),
             batch: Batch::new(0),
@@ -386,7 +407,7 @@ impl Shared {
     /// worker for the first one.
     fn count_want(&self, counter: &AtomicU32) {
         let seen = counter.load(Ordering::Relaxed);
-        if seen < self.spec.config.permitted_probes() {
+        if seen < self.config.load().permitted_probes() {
             counter.fetch_add(1, Ordering::Relaxed);
         }
         if seen == 0 {
@@ -427,7 +448,7 @@ impl Shared {
         match v.state {
             State::Closed | State::MetricsOnly => Ok(Permit::new(v.epoch, PermitKind::Counted)),
             State::Disabled => Ok(Permit::new(v.epoch, PermitKind::Untracked)),
-            State::ForcedOpen => Err(Rejected::new(self.spec.config.open_wait(), false)),
+            State::ForcedOpen => Err(Rejected::new(self.config.load().open_wait(), false)),
             State::Open if now < v.open_until => {
                 // The worker claims leases for these calls' successors the moment the
                 // wait ends.
@@ -456,7 +477,7 @@ impl Shared {
             }
             // The view holds only the states the script names (`state_from_code`); were it
             // ever another, rejecting is the safe answer.
-            _ => Err(Rejected::new(self.spec.config.open_wait(), false)),
+            _ => Err(Rejected::new(self.config.load().open_wait(), false)),
         }
     }
 
@@ -471,7 +492,7 @@ impl Shared {
                     if now.0 < hold {
                         return Err(Rejected::new(
                             if hold == u64::MAX {
-                                self.spec.config.open_wait()
+                                self.config.load().open_wait()
                             } else {
                                 Nanos(hold).since(now)
                             },
@@ -748,7 +769,7 @@ impl Shared {
             let j = lock(&self.jitter);
             (j.next, j.drawn)
         };
-        let invocation = crate::script::invocation(&self.keys, &self.args, op, jitter);
+        let invocation = crate::script::invocation(&self.keys, &self.args.load(), op, jitter);
         match self.backend.invoke(&invocation).await {
             Ok(v) => match Reply::decode(&v) {
                 Some(reply) => {
@@ -810,9 +831,45 @@ impl Shared {
         self.wake();
     }
 
+    /// Takes `config` from the next call on: the script's arguments (thresholds, waits,
+    /// probes), the probe budget and waits this replica reads, the jitter of its next
+    /// opening, and the fallback breaker's settings, if one is deciding. The connection,
+    /// the scope and the view of the fleet's state are kept.
+    fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure> {
+        if config.window() != self.config.load().window() {
+            return Err(Reconfigure::WindowChanged);
+        }
+        if let Some(l) = &*self.local.read().unwrap_or_else(PoisonError::into_inner) {
+            l.store.reconfigure(config)?;
+        }
+        self.args.store(Arc::new(ConfigArgs::new(
+            &self.keys.channel,
+            config,
+            self.backend.config.idle_ttl,
+        )));
+        self.config.store(Arc::clone(config));
+        {
+            let mut j = lock(&self.jitter);
+            let mut source = OpenJitter::new(
+                config,
+                std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    &self.keys.scope,
+                ),
+            );
+            j.next = source.draw();
+            j.source = source;
+            j.drawn += 1;
+        }
+        self.spec.events.thresholds(config);
+        Ok(())
+    }
+
     fn new_local(&self) {
         let instance = self.instances.fetch_add(1, Ordering::Relaxed) + 1;
-        let store = MemoryStore::new(self.spec.clone());
+        let mut spec = self.spec.clone();
+        spec.config = self.config.load_full();
+        let store = MemoryStore::new(spec);
         *self.local.write().unwrap_or_else(PoisonError::into_inner) =
             Some(Local { instance, store });
     }
@@ -897,7 +954,7 @@ impl Shared {
     /// reported yet.
     pub(crate) fn apply(&self, r: &Reply, at: Nanos) {
         let healthy = self.healthy.load(Ordering::Acquire);
-        let cfg = &self.spec.config;
+        let cfg = self.config.load_full();
         let mut events: Vec<EventKind> = Vec::new();
         {
             let mut v = lock(&self.view);

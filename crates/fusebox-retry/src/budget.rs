@@ -145,12 +145,8 @@ struct Slot {
     ignored: Tagged,
 }
 
-/// When the cut-off stops retries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Cutoff {
-    threshold_permille: u64,
-    minimum_calls: u64,
-}
+/// No cut-off: the value of [`RetryBudget`]'s `cutoff_permille` when none is set.
+const NO_CUTOFF: u64 = u64::MAX;
 
 /// The counts in the window at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -179,9 +175,15 @@ pub struct BudgetSnapshot {
 pub struct RetryBudget {
     clock: Clock,
     bucket_nanos: u64,
-    deposit_units: u64,
-    reserve_units: u128,
-    cutoff: Option<Cutoff>,
+    /// The window's length (fixed: the buckets are cut from it).
+    ttl_nanos: u64,
+    // The settings a reload may change ([`RetryBudget::reconfigure`]), each read once
+    // where it is used; a reader sees each new value from its next read on.
+    deposit_units: std::sync::atomic::AtomicU64,
+    min_per_second: std::sync::atomic::AtomicU64,
+    /// The cut-off's threshold in permille, or [`NO_CUTOFF`].
+    cutoff_permille: std::sync::atomic::AtomicU64,
+    cutoff_minimum_calls: std::sync::atomic::AtomicU64,
     slots: [Slot; BUCKETS],
     /// Deposits not yet placed in a bucket, counted per thread (a power of two of shards).
     pending: Box<[Pending]>,
@@ -204,18 +206,63 @@ impl RetryBudget {
         RetryBudget {
             clock,
             bucket_nanos,
-            deposit_units: config.retry_ratio_billionths(),
-            // floor per second × ttl seconds × SCALE units, with SCALE = 10^9 = ns per s.
-            reserve_units: u128::from(config.min_retries_per_second()) * u128::from(ttl_nanos),
-            cutoff: config.cutoff_threshold_permille().map(|t| Cutoff {
-                threshold_permille: u64::from(t),
-                minimum_calls: u64::from(config.cutoff_minimum_calls()),
-            }),
+            ttl_nanos,
+            deposit_units: Default::default(),
+            min_per_second: Default::default(),
+            cutoff_permille: Default::default(),
+            cutoff_minimum_calls: Default::default(),
             slots: Default::default(),
             pending: (0..shard_count()).map(|_| Pending::default()).collect(),
             placed: Mutex::new(clock.now()),
             withdraw: Mutex::new(()),
         }
+        .with_settings(config)
+    }
+
+    fn with_settings(self, config: &RetryConfig) -> Self {
+        self.set(config);
+        self
+    }
+
+    fn set(&self, config: &RetryConfig) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.deposit_units
+            .store(config.retry_ratio_billionths(), Relaxed);
+        self.min_per_second
+            .store(u64::from(config.min_retries_per_second()), Relaxed);
+        self.cutoff_minimum_calls
+            .store(u64::from(config.cutoff_minimum_calls()), Relaxed);
+        self.cutoff_permille.store(
+            config
+                .cutoff_threshold_permille()
+                .map_or(NO_CUTOFF, u64::from),
+            Relaxed,
+        );
+    }
+
+    /// Takes `config`'s ratio, floor and cut-off from now on, keeping the window's counts
+    /// (a reload of a running layer). The window's length (`ttl`) cannot change this way:
+    /// its buckets are cut from it. Returns `false`, changing nothing, when `config`'s
+    /// `ttl` differs from this budget's.
+    ///
+    /// ```
+    /// use fusebox_retry::{RetryBudget, RetryConfig};
+    ///
+    /// let budget = RetryBudget::new(&RetryConfig::builder().min_retries_per_second(0).build()?);
+    /// assert_eq!(budget.snapshot().available, 0);
+    /// let more = RetryConfig::builder().min_retries_per_second(5).build()?;
+    /// assert!(budget.reconfigure(&more));
+    /// assert_eq!(budget.snapshot().available, 50, "5 a second over the 10 s window");
+    /// # Ok::<(), fusebox_classify::ConfigError>(())
+    /// ```
+    pub fn reconfigure(&self, config: &RetryConfig) -> bool {
+        let ttl = fusebox_classify::clock::duration_nanos(config.ttl()).max(1);
+        if ttl != self.ttl_nanos {
+            return false;
+        }
+        let _serialised = self.withdraw.lock().unwrap_or_else(PoisonError::into_inner);
+        self.set(config);
+        true
     }
 
     /// The clock this budget reads.
@@ -302,7 +349,11 @@ impl RetryBudget {
         let requests = self.sum(epoch, |s| &s.requests);
         let retries = self.sum(epoch, |s| &s.retries);
         // In u128: 2^64 requests × 10^12 units still fit, so nothing saturates or rounds.
-        let credit = u128::from(requests) * u128::from(self.deposit_units) + self.reserve_units;
+        let deposit = self.deposit_units.load(Ordering::Relaxed);
+        // floor per second × ttl seconds × SCALE units, with SCALE = 10^9 = ns per s.
+        let reserve =
+            u128::from(self.min_per_second.load(Ordering::Relaxed)) * u128::from(self.ttl_nanos);
+        let credit = u128::from(requests) * u128::from(deposit) + reserve;
         u64::try_from(credit / u128::from(SCALE))
             .unwrap_or(u64::MAX)
             .saturating_sub(retries)
@@ -334,9 +385,11 @@ impl RetryBudget {
 
     /// [`is_cut_off`](RetryBudget::is_cut_off) at `now`.
     pub fn is_cut_off_at(&self, now: Nanos) -> bool {
-        let Some(cutoff) = self.cutoff else {
+        let threshold_permille = self.cutoff_permille.load(Ordering::Relaxed);
+        if threshold_permille == NO_CUTOFF {
             return false;
-        };
+        }
+        let minimum_calls = self.cutoff_minimum_calls.load(Ordering::Relaxed);
         self.place(now);
         let epoch = self.epoch(now);
         let failures = self.sum(epoch, |s| &s.failures);
@@ -345,8 +398,8 @@ impl RetryBudget {
         }
         let attempts = (self.sum(epoch, |s| &s.requests) + self.sum(epoch, |s| &s.retries))
             .saturating_sub(self.sum(epoch, |s| &s.ignored));
-        attempts >= cutoff.minimum_calls
-            && failures.saturating_mul(1000) >= cutoff.threshold_permille.saturating_mul(attempts)
+        attempts >= minimum_calls
+            && failures.saturating_mul(1000) >= threshold_permille.saturating_mul(attempts)
     }
 
     /// The window's counts now.

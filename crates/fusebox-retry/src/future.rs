@@ -251,8 +251,9 @@ where
 /// The hedge timer of a first attempt, and the hedge state to go with it.
 #[inline]
 fn first_hedge<C>(shared: &Shared<C>, meta: &CallMeta) -> (Option<Pin<Box<Sleep>>>, Hedge) {
-    match shared.config.hedge_delay() {
-        Some(delay) if meta.idempotent() && shared.config.max_attempts() > 1 => {
+    let config = shared.config.load();
+    match config.hedge_delay() {
+        Some(delay) if meta.idempotent() && config.max_attempts() > 1 => {
             (Some(Box::pin(tokio::time::sleep(delay))), Hedge::Armed)
         }
         _ => (None, Hedge::Idle),
@@ -265,10 +266,9 @@ fn arm_hedge<C, S, D>(
     meta: &CallMeta,
     replay: &mut Replay<S, D>,
 ) -> Option<Pin<Box<Sleep>>> {
-    let delay = shared.config.hedge_delay()?;
-    if replay.hedge != Hedge::Idle
-        || !meta.idempotent()
-        || replay.attempts >= shared.config.max_attempts()
+    let config = shared.config.load();
+    let delay = config.hedge_delay()?;
+    if replay.hedge != Hedge::Idle || !meta.idempotent() || replay.attempts >= config.max_attempts()
     {
         return None;
     }
@@ -405,7 +405,8 @@ where
                             Some(Ok(frame)) => {
                                 match frame.into_data() {
                                     Ok(data) => {
-                                        let cap = this.shared.config.max_replay_body_bytes() as u64;
+                                        let cap = this.shared.config.load().max_replay_body_bytes()
+                                            as u64;
                                         if replay.buffer.push(data) > cap {
                                             *this.phase = Phase::Done;
                                             this.body.set(None);

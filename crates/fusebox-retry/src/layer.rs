@@ -72,9 +72,34 @@ impl<C> RetryBudgetLayer<C> {
         &self.shared.budget
     }
 
-    /// The settings.
-    pub fn config(&self) -> &RetryConfig {
-        &self.shared.config
+    /// The settings calls read now: as built, or as the last
+    /// [`reconfigure`](RetryBudgetLayer::reconfigure) set them.
+    pub fn config(&self) -> Arc<RetryConfig> {
+        self.shared.config.load_full()
+    }
+
+    /// Takes `config`'s settings from the next call on (a reload of a running layer),
+    /// keeping the budget's window and counts. Calls in flight read the new settings from
+    /// their next retry or hedge on. The layer's name (it labels every series) and the
+    /// budget's window (`ttl`: its buckets are cut from it) are fixed when the layer is
+    /// built: a `config` that changes either is refused, changing nothing, and the error
+    /// says which. The jitter source keeps the seed it was built with.
+    ///
+    /// ```
+    /// use fusebox_retry::{RetryBudgetLayer, RetryConfig, Reconfigure};
+    /// use std::time::Duration;
+    ///
+    /// let layer = RetryBudgetLayer::new(RetryConfig::builder().name("rates").max_attempts(3).build()?);
+    /// layer.reconfigure(RetryConfig::builder().name("rates").max_attempts(2).build()?)?;
+    /// assert_eq!(layer.config().max_attempts(), 2);
+    ///
+    /// let other_window = RetryConfig::builder().name("rates").ttl(Duration::from_secs(30)).build()?;
+    /// assert_eq!(layer.reconfigure(other_window), Err(Reconfigure::Ttl));
+    /// assert_eq!(layer.config().max_attempts(), 2, "nothing changed");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reconfigure(&self, config: RetryConfig) -> Result<(), Reconfigure> {
+        self.shared.reconfigure(config)
     }
 
     /// The route table.
@@ -96,13 +121,17 @@ impl<C: Send + Sync + 'static> RetryBudgetLayer<C> {
 
 /// What a [`RetryHandle`] reads, whatever the classifier.
 trait View: Send + Sync + 'static {
-    fn config(&self) -> &RetryConfig;
+    fn config(&self) -> Arc<RetryConfig>;
+    fn name(&self) -> &str;
     fn budget(&self) -> &RetryBudget;
 }
 
 impl<C: Send + Sync + 'static> View for Shared<C> {
-    fn config(&self) -> &RetryConfig {
-        &self.config
+    fn config(&self) -> Arc<RetryConfig> {
+        self.config.load_full()
+    }
+    fn name(&self) -> &str {
+        &self.metrics.name
     }
     fn budget(&self) -> &RetryBudget {
         &self.budget
@@ -118,11 +147,11 @@ pub struct RetryHandle {
 impl RetryHandle {
     /// The layer's name.
     pub fn name(&self) -> &str {
-        self.shared.config().name()
+        self.shared.name()
     }
 
-    /// The settings.
-    pub fn config(&self) -> &RetryConfig {
+    /// The settings calls read now (see [`RetryBudgetLayer::reconfigure`]).
+    pub fn config(&self) -> Arc<RetryConfig> {
         self.shared.config()
     }
 
@@ -147,6 +176,28 @@ impl fmt::Debug for RetryHandle {
             .finish()
     }
 }
+
+/// Why a [`RetryBudgetLayer`] did not take new settings in place
+/// ([`RetryBudgetLayer::reconfigure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Reconfigure {
+    /// The name differs: it labels every series, so it is fixed when the layer is built.
+    Name,
+    /// The budget's window (`ttl`) differs: its buckets are cut from it.
+    Ttl,
+}
+
+impl fmt::Display for Reconfigure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Reconfigure::Name => "the retry layer's name is fixed when it is built",
+            Reconfigure::Ttl => "the budget's window (ttl) is fixed when the layer is built",
+        })
+    }
+}
+
+impl std::error::Error for Reconfigure {}
 
 /// A [`RetryHandle`] that does not keep the budget alive ([`RetryHandle::downgrade`]).
 #[derive(Clone)]

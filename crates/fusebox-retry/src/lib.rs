@@ -135,7 +135,9 @@ mod tests;
 pub use crate::backoff::{Backoff, SystemWallClock, WallClock};
 pub use crate::budget::{BudgetSnapshot, RetryBudget};
 pub use crate::config::{MAX_ATTEMPTS, RetryConfig, RetryConfigBuilder};
-pub use crate::layer::{RetryBudgetLayer, RetryBudgetLayerBuilder, RetryHandle, WeakRetryHandle};
+pub use crate::layer::{
+    Reconfigure, RetryBudgetLayer, RetryBudgetLayerBuilder, RetryHandle, WeakRetryHandle,
+};
 pub use crate::replay::ReplayBody;
 #[cfg(feature = "serde")]
 pub use crate::section::RetrySection;

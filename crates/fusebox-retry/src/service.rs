@@ -7,6 +7,7 @@ use crate::error::BoxError;
 use crate::future::{Replay, ResponseFuture};
 use crate::replay::{Buffered, ReplayBody};
 use crate::telemetry;
+use arc_swap::ArcSwap;
 use fusebox_classify::series::{Series, SeriesBuilder};
 use fusebox_classify::shard::Leases;
 use fusebox_classify::{CallMeta, Classifier, Clock, Deadline, RetryHint, RouteTable};
@@ -27,10 +28,12 @@ use tracing::Span;
 /// What every clone of one layer shares: settings, routes, the budget, the jitter source
 /// and the metric handles (registered once, at layer construction).
 pub(crate) struct Shared<C> {
-    pub(crate) config: RetryConfig,
+    /// The settings calls read now: swapped whole by a reload
+    /// ([`RetryBudgetLayer::reconfigure`](crate::RetryBudgetLayer::reconfigure)), read with
+    /// one lock-free load where a call needs them.
+    pub(crate) config: ArcSwap<RetryConfig>,
     pub(crate) routes: RouteTable<C>,
     pub(crate) budget: RetryBudget,
-    backoff: Backoff,
     rng: Mutex<SmallRng>,
     pub(crate) metrics: Metrics,
 }
@@ -38,7 +41,7 @@ pub(crate) struct Shared<C> {
 impl<C> fmt::Debug for Shared<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Shared")
-            .field("config", &self.config)
+            .field("config", &**self.config.load())
             .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
@@ -51,6 +54,8 @@ pub(crate) struct Metrics {
     pub(crate) hedges: Counter,
     pub(crate) budget_exhausted: Counter,
     pub(crate) cut_off: Counter,
+    /// The layer's name (fixed: it labels every series).
+    pub(crate) name: Arc<str>,
     _series: Arc<Series>,
 }
 
@@ -64,6 +69,7 @@ impl Metrics {
             hedges: b.counter(telemetry::HEDGES_TOTAL, &[]),
             budget_exhausted: b.counter(telemetry::BUDGET_EXHAUSTED_TOTAL, &[]),
             cut_off: b.counter(telemetry::CUTOFF_REFUSALS_TOTAL, &[]),
+            name: Arc::from(name),
             _series: b.finish(),
         }
     }
@@ -101,16 +107,27 @@ impl<C: Classifier> Shared<C> {
         });
         Shared {
             budget: RetryBudget::with_clock(&config, Clock::new()),
-            backoff: Backoff::new(config.base_delay(), config.max_delay()),
             rng: Mutex::new(SmallRng::seed_from_u64(seed)),
             metrics: Metrics::new(config.name()),
-            config,
+            config: ArcSwap::from_pointee(config),
             routes,
         }
     }
 }
 
 impl<C> Shared<C> {
+    /// See [`RetryBudgetLayer::reconfigure`](crate::RetryBudgetLayer::reconfigure).
+    pub(crate) fn reconfigure(&self, config: RetryConfig) -> Result<(), crate::Reconfigure> {
+        if config.name() != &*self.metrics.name {
+            return Err(crate::Reconfigure::Name);
+        }
+        if !self.budget.reconfigure(&config) {
+            return Err(crate::Reconfigure::Ttl);
+        }
+        self.config.store(Arc::new(config));
+        Ok(())
+    }
+
     /// Decides whether retry number `attempts` (the attempts made so far) may go, and after
     /// how long; takes it from the budget when it may.
     pub(crate) fn plan_retry(
@@ -119,21 +136,22 @@ impl<C> Shared<C> {
         attempts: u32,
         deadline: Option<Deadline>,
     ) -> Result<Duration, Refusal> {
-        if attempts >= self.config.max_attempts() {
+        let config = self.config.load();
+        if attempts >= config.max_attempts() {
             return Err(Refusal::Attempts);
         }
         let delay = match hint {
-            RetryHint::After(after) => server_delay(
-                after,
-                self.config.wall_clock().now(),
-                self.config.max_retry_after(),
-            )
-            .ok_or(Refusal::ServerDelay)?,
+            RetryHint::After(after) => {
+                server_delay(after, config.wall_clock().now(), config.max_retry_after())
+                    .ok_or(Refusal::ServerDelay)?
+            }
             _ => {
+                let backoff = Backoff::new(config.base_delay(), config.max_delay());
                 let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-                self.backoff.delay(attempts, &mut *rng)
+                backoff.delay(attempts, &mut *rng)
             }
         };
+        drop(config);
         if let Some(deadline) = deadline {
             let now = tokio::time::Instant::now();
             if now
@@ -155,7 +173,7 @@ impl<C> Shared<C> {
         attempts: u32,
         deadline: Option<Deadline>,
     ) -> Result<(), Refusal> {
-        if attempts >= self.config.max_attempts() {
+        if attempts >= self.config.load().max_attempts() {
             return Err(Refusal::Attempts);
         }
         if deadline.is_some_and(|d| d.is_expired()) {
@@ -183,7 +201,7 @@ impl<C> Shared<C> {
     pub(crate) fn refused(&self, refusal: Refusal, attempts: u32) {
         tracing::debug!(
             target: "fusebox::retry",
-            name = self.config.name(),
+            name = self.metrics.name.as_ref(),
             attempts,
             reason = refusal.as_str(),
             "retry refused"
@@ -389,7 +407,9 @@ where
             return ResponseFuture::expired(leases.lease(), meta);
         }
         let route = bound.routes.route(meta.route());
-        let repeatable = route.retry_enabled() && bound.config.max_attempts() > 1;
+        // One load of the settings a reload may swap, for the whole of `call`.
+        let config = bound.config.load();
+        let repeatable = route.retry_enabled() && config.max_attempts() > 1;
         let (parts, body) = request.into_parts();
 
         if repeatable && body.is_end_stream() {
@@ -406,7 +426,8 @@ where
                 parts,
             );
         }
-        let cap = bound.config.max_replay_body_bytes() as u64;
+        let cap = config.max_replay_body_bytes() as u64;
+        drop(config);
         if repeatable && body.size_hint().upper().is_some_and(|n| n <= cap) {
             bound.keep_spare(&self.inner);
             // The body is read before the first attempt: that attempt goes to the service

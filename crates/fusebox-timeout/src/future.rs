@@ -63,6 +63,12 @@ impl Bound {
     pub fn deadline(&self) -> Instant {
         self.at
     }
+
+    /// The route's name and counters.
+    #[inline]
+    pub(crate) fn route(&self) -> &crate::telemetry::RouteSeries {
+        self.route.get()
+    }
 }
 
 /// The timer that races a call against its [`Bound`].

@@ -168,7 +168,11 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
     }
 
     #[inline(always)]
-    fn on_answer(_: Pin<&mut Timed>, _: Answer<'_>) -> Option<NoEnd> {
+    fn on_answer(admitted: Pin<&mut Timed>, answer: Answer<'_>) -> Option<NoEnd> {
+        // A call this timeout ended was counted when its time ran out.
+        if !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>()) {
+            crate::telemetry::completed(admitted.bound().route());
+        }
         None
     }
 }

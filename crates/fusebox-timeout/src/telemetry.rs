@@ -3,6 +3,7 @@
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
 //! | [`ELAPSED_TOTAL`] `fusebox_timeout_elapsed_total` | counter | `dependency`, `route`, `phase` | calls that timed out: `phase` is `headers` (no response in time) or `body` (the body did not finish in time) |
+//! | [`CALLS_TOTAL`] `fusebox_timeout_calls_total` | counter | `dependency`, `route`, `kind` | calls the timeout bounded, by how they ended: `completed` (an answer, or the inner service's error, within the time) or `elapsed` (the time ran out first) |
 //! | [`DEADLINE_EXCEEDED_TOTAL`] `fusebox_timeout_deadline_exceeded_total` | counter | `dependency`, `route` | calls refused unsent: the caller's deadline had passed |
 //! | [`MALFORMED_DEADLINE_TOTAL`] `fusebox_deadline_malformed_total` | counter | `header` | incoming deadline headers ignored as malformed (server side: no dependency) |
 //!
@@ -22,6 +23,12 @@ use std::time::Duration;
 /// Counter: calls that timed out, labelled `dependency`, `route` and `phase`
 /// (`"headers"`: no response in time; `"body"`: the response body did not finish in time).
 pub const ELAPSED_TOTAL: &str = "fusebox_timeout_elapsed_total";
+
+/// Counter: calls the timeout bounded, labelled `dependency`, `route` and `kind`
+/// (`"completed"`: an answer, or the inner service's own error, came within the time;
+/// `"elapsed"`: the time ran out first, as counted by [`ELAPSED_TOTAL`] with
+/// `phase="headers"`). A call refused unsent (its deadline had passed) is neither.
+pub const CALLS_TOTAL: &str = "fusebox_timeout_calls_total";
 
 /// Counter: calls refused without being sent because the caller's deadline had already
 /// passed, labelled `dependency` and `route`.
@@ -43,6 +50,12 @@ pub const FAMILIES: &[Family] = &[
         kind: Kind::Counter,
         labels: &["dependency", "route", "phase"],
         help: "Calls that timed out, by phase: headers (no response in time) or body (the body did not finish in time).",
+    },
+    Family {
+        name: CALLS_TOTAL,
+        kind: Kind::Counter,
+        labels: &["dependency", "route", "kind"],
+        help: "Calls the timeout bounded, by how they ended: completed (an answer or the inner error within the time) or elapsed (the time ran out first).",
     },
     Family {
         name: DEADLINE_EXCEEDED_TOTAL,
@@ -93,6 +106,8 @@ pub(crate) struct RouteSeries {
 }
 
 struct RouteCounters {
+    completed: Counter,
+    elapsed_calls: Counter,
     elapsed_headers: Counter,
     elapsed_body: Counter,
     deadline_exceeded: Counter,
@@ -107,7 +122,10 @@ impl RouteSeries {
             let b = SeriesBuilder::new(dependency).label("route", route.to_string());
             let elapsed =
                 |phase: Phase| b.counter(ELAPSED_TOTAL, &[("phase", label(phase.label()))]);
+            let calls = |kind: &'static str| b.counter(CALLS_TOTAL, &[("kind", label(kind))]);
             Box::new(RouteCounters {
+                completed: calls("completed"),
+                elapsed_calls: calls("elapsed"),
                 elapsed_headers: elapsed(Phase::Headers),
                 elapsed_body: elapsed(Phase::Body),
                 deadline_exceeded: b.counter(DEADLINE_EXCEEDED_TOTAL, &[]),
@@ -144,7 +162,10 @@ impl std::fmt::Debug for RouteSeries {
 pub(crate) fn elapsed(route: &RouteSeries, limit: Duration, phase: Phase) {
     if let Some(c) = &route.counters {
         match phase {
-            Phase::Headers => c.elapsed_headers.increment(1),
+            Phase::Headers => {
+                c.elapsed_headers.increment(1);
+                c.elapsed_calls.increment(1);
+            }
             Phase::Body => c.elapsed_body.increment(1),
         }
     }
@@ -155,6 +176,15 @@ pub(crate) fn elapsed(route: &RouteSeries, limit: Duration, phase: Phase) {
         phase = phase.label(),
         "fusebox timeout elapsed"
     );
+}
+
+/// A call's answer (or the inner service's error) came within its time. One atomic add
+/// while a recorder is installed; nothing otherwise.
+#[inline]
+pub(crate) fn completed(route: &RouteSeries) {
+    if let Some(c) = &route.counters {
+        c.completed.increment(1);
+    }
 }
 
 /// A call was refused because its deadline had passed.

@@ -35,11 +35,12 @@
 //! | `fusebox_breaker_failure_ratio_threshold` | gauge | `dependency`, `key`¹ | breaker: the failure-rate threshold, 0–1 |
 //! | `fusebox_breaker_slow_call_ratio_threshold` | gauge | `dependency`, `key`¹ | breaker: the slow-call-rate threshold, 0–1 |
 //! | `fusebox_breaker_state_seconds` | gauge | `dependency`, `key`¹, `state` | breaker: seconds spent in each state, added when it leaves it |
-//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | breaker: call duration, on routes with a slow-call threshold |
+//! | `fusebox_breaker_call_duration_seconds` | histogram | `dependency`, `route` | breaker: call duration, on every route (see below) |
 //! | `fusebox_limit_limit` | gauge | `dependency` | limit: the limit enforced now |
 //! | `fusebox_limit_in_flight` | gauge | `dependency` | limit: calls holding a permit |
 //! | `fusebox_limit_queued` | gauge | `dependency` | limit: calls waiting in the queue |
 //! | `fusebox_limit_calls_total` | counter | `dependency`, `kind` | limit: calls by outcome, `admitted`, `full`, `queue_full`, `queue_timeout` |
+//! | `fusebox_timeout_calls_total` | counter | `dependency`, `route`, `kind` | timeout: calls bounded, by how they ended, `completed` or `elapsed` |
 //! | `fusebox_timeout_elapsed_total` | counter | `dependency`, `route`, `phase` | timeout: calls that timed out, `headers` or `body` |
 //! | `fusebox_timeout_deadline_exceeded_total` | counter | `dependency`, `route` | timeout: calls refused unsent, the caller's deadline passed |
 //! | `fusebox_deadline_malformed_total` | counter | `header` | incoming deadlines ignored as malformed (server side: no dependency) |
@@ -68,7 +69,7 @@
 //! | breaker, keyed | the same per key, so times `max_keys` (default 10,000) plus one overflow breaker per shard: keep `max_keys` to the keys you mean to watch |
 //! | call duration | one histogram (its buckets, plus `_sum` and `_count`) per route of the table |
 //! | limit | 3 gauges + 4 calls |
-//! | timeout | 3 per route of the table (2 phases + deadline exceeded) |
+//! | timeout | 5 per route of the table (2 calls kinds + 2 phases + deadline exceeded) |
 //! | retry | 5 |
 //! | fallbacks | 4 |
 //! | Redis store | 4 (per key for a keyed breaker shared on Redis) |
@@ -78,7 +79,14 @@
 //!
 //! # Buckets
 //!
-//! The call-duration histogram records seconds; the exporter decides its buckets. With
+//! The call-duration histogram records every call of every route, in seconds, when a
+//! recorder is installed before the breaker is built: a route with a slow-call threshold
+//! reads the clock for it anyway; a route without one reads it for the histogram (at
+//! admission and at the answer: two `Instant::now()`; `docs/metrics.md` has the
+//! measurement) only while a recorder is installed, and never counts a call slow. Without
+//! a recorder, no route reads a clock for it.
+//!
+//! The exporter decides its buckets. With
 //! `metrics-exporter-prometheus`, either for every histogram (`set_buckets`) or for this
 //! one (`set_buckets_for_metric(Matcher::Full("fusebox_breaker_call_duration_seconds".into()),
 //! &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0])`); without buckets
@@ -113,6 +121,7 @@
 //! nothing afterwards. Histograms are not per key and need no idle timeout.
 
 use fusebox_classify::series::Family;
+use fusebox_classify::{ConfigError, Validator};
 use std::sync::Once;
 
 pub use fusebox_classify::series::{DEPENDENCY, Kind, keep_alive};
@@ -182,6 +191,8 @@ pub const LIMIT_IN_FLIGHT: &str = fusebox_limit::observe::IN_FLIGHT;
 pub const LIMIT_QUEUED: &str = fusebox_limit::observe::QUEUED;
 /// Counter: limit calls by outcome (`kind`).
 pub const LIMIT_CALLS_TOTAL: &str = fusebox_limit::observe::CALLS;
+/// Counter: calls the timeout bounded, by how they ended (`kind`).
+pub const TIMEOUT_CALLS_TOTAL: &str = fusebox_timeout::telemetry::CALLS_TOTAL;
 /// Counter: calls that timed out.
 pub const TIMEOUT_ELAPSED_TOTAL: &str = fusebox_timeout::telemetry::ELAPSED_TOTAL;
 /// Counter: calls refused because their deadline had passed.
@@ -241,5 +252,84 @@ mod tests {
     #[cfg(not(feature = "redis"))]
     fn fusebox_redis_rows() -> usize {
         4
+    }
+}
+
+/// The bounds of the call-duration histogram's buckets ([`BREAKER_CALL_DURATION_SECONDS`]),
+/// in seconds, checked: at least one, each finite and greater than zero, each greater than
+/// the one before. A policy file gives them as `duration_buckets` in its `[metrics]`
+/// table (`fusebox::config::PolicyFile::duration_buckets`).
+///
+/// The exporter applies them: the `metrics` facade carries values, not buckets. With
+/// `metrics-exporter-prometheus`:
+///
+/// ```
+/// use fusebox::metrics::{BREAKER_CALL_DURATION_SECONDS, DurationBuckets};
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+///
+/// let buckets = DurationBuckets::new([0.01, 0.05, 0.25, 1.0])?;
+/// let recorder = PrometheusBuilder::new()
+///     .set_buckets_for_metric(
+///         Matcher::Full(BREAKER_CALL_DURATION_SECONDS.into()),
+///         buckets.as_slice(),
+///     )?
+///     .build_recorder();
+/// # drop(recorder);
+///
+/// let err = DurationBuckets::new([0.1, 0.1, f64::NAN]).unwrap_err();
+/// assert_eq!(err.problems()[0].path(), "metrics.duration_buckets[1]");
+/// assert_eq!(err.problems()[1].path(), "metrics.duration_buckets[2]");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct DurationBuckets(Box<[f64]>);
+
+/// The default bounds of [`DurationBuckets`]: 5 ms to 10 s.
+pub const DEFAULT_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Where [`DurationBuckets`]' problems are reported.
+const BUCKETS_PATH: &str = "metrics.duration_buckets";
+
+impl DurationBuckets {
+    /// Checks `bounds` (seconds): every problem at once, each under
+    /// `metrics.duration_buckets[i]` (or `metrics.duration_buckets` for an empty list).
+    pub fn new(bounds: impl Into<Vec<f64>>) -> Result<Self, ConfigError> {
+        let bounds: Vec<f64> = bounds.into();
+        let mut v = Validator::new();
+        v.check(!bounds.is_empty(), BUCKETS_PATH, || {
+            "must list at least one bound".into()
+        });
+        let mut previous: Option<f64> = None;
+        for (i, &b) in bounds.iter().enumerate() {
+            let path = format!("{BUCKETS_PATH}[{i}]");
+            if !b.is_finite() {
+                v.fail(path, format!("must be a finite number of seconds, got {b}"));
+                continue;
+            }
+            if b <= 0.0 {
+                v.fail(path, format!("must be greater than zero, got {b}"));
+            } else if let Some(p) = previous.filter(|p| b <= *p) {
+                v.fail(
+                    path,
+                    format!("must be greater than the bound before it ({p}), got {b}"),
+                );
+            }
+            previous = Some(previous.map_or(b, |p| p.max(b)));
+        }
+        v.finish(DurationBuckets(bounds.into_boxed_slice()))
+    }
+
+    /// The bounds, in seconds, increasing.
+    pub fn as_slice(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+impl Default for DurationBuckets {
+    /// [`DEFAULT_DURATION_BUCKETS`].
+    fn default() -> Self {
+        DurationBuckets(DEFAULT_DURATION_BUCKETS.into())
     }
 }

@@ -492,7 +492,7 @@ fn status(name: &str, mandatory: bool, live: Live, max_keys: usize) -> EntryStat
         retry: live.retry.map(|r| RetryStatus {
             name: r.name().to_owned(),
             budget: r.budget().snapshot(),
-            config: r.config().clone(),
+            config: RetryConfig::clone(&r.config()),
         }),
         timeout: live.timeout.map(|config| TimeoutStatus { config }),
     }

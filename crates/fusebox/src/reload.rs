@@ -8,10 +8,17 @@
 //! | what | in place | how |
 //! |---|---|---|
 //! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end |
+//! | the same, for a breaker whose state is on Redis | yes | the store swaps the arguments every call sends the fleet's script, the probe budget and waits the replica reads, the jitter of its next opening and the fallback breaker's settings; the connection, the scope and the fleet's state are kept. Each replica sends its own settings: reload every replica |
 //! | the breaker's window (kind or size) | no | its calls cannot move to another window: reported, the rest of the breaker's settings still apply |
 //! | the timeout of routes without one, each route's own timeout | yes, for the same routes | the timeout stage reads them per call |
-//! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::set_limit`](fusebox_limit::LimitHandle::set_limit) |
-//! | anything else: layers added or removed, routes added or removed, a route's classifier, slow-call threshold, retry or idempotency, the limit's queue or algorithm, the retry layer's settings, body timeout, deadline propagation, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
+//! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure) |
+//! | an adaptive limit's settings (bounds, ratios, Vegas' alpha, beta, probing), or another adaptive algorithm (AIMD ↔ Vegas) | yes | the algorithm takes the new settings under the lock its samples already take, keeping its current limit (within the new bounds), its measurements and the congestion episode; AIMD taken anew starts from the limit in force, Vegas first measures the no-load latency at its minimum, as when built |
+//! | the queue's `max_waiters` and `max_wait` | yes | two atomics the limit reads where a call queues; waiters already queued keep their places and deadlines |
+//! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | no | a limit is built with or without an adaptive algorithm (only an adaptive limit holds one, and only its calls are timed and fed to it) and with or without a queue (without one, a release never looks for waiters: a queue turned on while a release skips that look could leave a waiter unserved until its deadline). Switching either in place is possible — calls admitted before the switch would finish under the kind they started with — but is not done: it needs the limit's kind and queue to become state its call path reads atomically, with the ordering the queue's wake-ups rely on checked again by the loom model |
+//! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
+//! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
+//! | routes added or removed, a route's matcher, classifier rules, slow-call threshold, `retry` or `idempotent` | no | every layer reads the one route table it was built with, resolving the route on its own: a table swapped under them would need each stage to load it once per call, which is the per-call path being reworked; reported as needing a rebuild |
+//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
 //! they started with. Nothing applied can fail a call. The [`Reload`] report says what
@@ -51,7 +58,6 @@ use crate::policy::{BreakerLayer, BreakerStore, Policy, Shared};
 use fusebox_breaker::{CircuitBreakerConfig, Reconfigure};
 use fusebox_classify::{Classifier, RouteTable};
 use fusebox_limit::{ConcurrencyLimitConfig, Limit};
-use fusebox_retry::RetryConfig;
 use fusebox_timeout::{TimeoutConfig, Timeouts};
 use std::fmt;
 use std::sync::Arc;
@@ -193,11 +199,7 @@ impl<C: Classifier + fmt::Debug> Policy<C> {
         breaker(&mut d, &running, new_shared, apply);
         limit(&mut d, old, new_shared, apply);
         timeout(&mut d, &running, new_shared, apply);
-        retry(
-            &mut d,
-            old.retry.as_ref().map(|r| r.config()),
-            new_shared.retry.as_ref().map(|r| r.config()),
-        );
+        retry(&mut d, old, new_shared, apply);
         routes(&mut d, &old.routes, &new_shared.routes);
         d.rebuild(
             "fallback.routes",
@@ -467,34 +469,63 @@ fn limit<C: Classifier>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: b
     };
     let cur = old.current_limit_config(from.config());
     let to = to.config();
+    let handle = from.handle();
+    // What the running limit would take: the new limit and queue, with its own name and
+    // answers (fixed when it was built).
+    let next = to
+        .to_builder()
+        .name(cur.name())
+        .release(cur.release())
+        .retry_after(cur.retry_after())
+        .log_step(cur.log_step())
+        .build();
+    let kind = |l: &Limit| matches!(l, Limit::Fixed(_));
+    let effect = if kind(cur.limit()) != kind(to.limit()) {
+        Effect::NeedsRebuild(
+            "a limit is built fixed or adaptive: an adaptive limit's calls are timed and fed to its algorithm, a fixed limit's are not",
+        )
+    } else if cur.queue().is_some() != to.queue().is_some() {
+        Effect::NeedsRebuild(
+            "a limit is built with or without a queue: without one, a full limit sheds without a look for waiters",
+        )
+    } else if old.ramp.is_some() && cur.limit() != to.limit() {
+        Effect::NeedsRebuild("a recovery ramp owns the limit's value")
+    } else {
+        Effect::InPlace
+    };
+    let before = d.changes.len();
     match (cur.limit(), to.limit()) {
-        (Limit::Fixed(a), Limit::Fixed(b)) if a != b => {
-            let effect = if old.ramp.is_some() {
-                Effect::NeedsRebuild("a recovery ramp owns the limit's value")
-            } else {
-                Effect::InPlace
-            };
-            if apply && effect == Effect::InPlace {
-                from.handle().set_limit(*b);
-                old.set_limit_config(cur.to_builder().max_concurrency(*b).build().ok());
+        (Limit::Fixed(a), Limit::Fixed(b)) => {
+            if a != b {
+                d.push(
+                    "limit.max_concurrency",
+                    a.to_string(),
+                    b.to_string(),
+                    effect.clone(),
+                );
             }
-            d.push(
-                "limit.max_concurrency",
-                a.to_string(),
-                b.to_string(),
-                effect,
-            );
         }
-        (a, b) => d.rebuild(
-            "limit.algorithm",
-            a,
-            b,
-            "an adaptive limit's algorithm is fixed when the limit is built",
-        ),
+        (a, b) => d.field("limit.algorithm", a, b, effect.clone()),
     }
-    const FIXED: &str = "the limit's queue and answers are fixed when it is built";
+    d.field("limit.queue", &cur.queue(), &to.queue(), effect.clone());
+    if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, next)
+        && d.changes.len() > before
+    {
+        match handle.reconfigure(&next) {
+            Ok(()) => old.set_limit_config(Some(next)),
+            Err(why) => {
+                let why = match why {
+                    fusebox_limit::Reconfigure::Kind => "the limit refused: another kind of limit",
+                    _ => "the limit refused: a queue added or removed",
+                };
+                for c in &mut d.changes[before..] {
+                    c.effect = Effect::NeedsRebuild(why);
+                }
+            }
+        }
+    }
+    const FIXED: &str = "the limit's name and answers are fixed when it is built";
     d.rebuild("limit.name", &cur.name(), &to.name(), FIXED);
-    d.rebuild("limit.queue", &cur.queue(), &to.queue(), FIXED);
     d.rebuild("limit.release", &cur.release(), &to.release(), FIXED);
     d.rebuild(
         "limit.retry_after",
@@ -579,29 +610,57 @@ fn route_path(name: &str, key: &str) -> String {
     }
 }
 
-fn retry(d: &mut Diff, from: Option<&RetryConfig>, to: Option<&RetryConfig>) {
-    let (Some(cur), Some(to)) = (from, to) else {
-        if from.is_some() != to.is_some() {
+fn retry<C>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: bool) {
+    let (Some(layer), Some(to)) = (&old.retry, new.retry.as_ref().map(|r| r.config())) else {
+        if old.retry.is_some() != new.retry.is_some() {
             d.push(
                 "retry",
-                present(&from).into(),
-                present(&to).into(),
+                present(&old.retry).into(),
+                present(&new.retry).into(),
                 Effect::NeedsRebuild(LAYER_CHANGED),
             );
         }
         return;
     };
-    const FIXED: &str = "the retry layer's settings and budget are fixed when it is built";
+    let cur = layer.config();
+    d.rebuild(
+        "retry.name",
+        &cur.name(),
+        &to.name(),
+        "the retry layer's name labels its series: fixed when it is built",
+    );
+    d.rebuild(
+        "retry.ttl",
+        &cur.ttl(),
+        &to.ttl(),
+        "the budget's window (ttl) is fixed when the layer is built: its buckets are cut from it",
+    );
+    d.rebuild(
+        "retry.seed",
+        &cur.seed(),
+        &to.seed(),
+        "the jitter source is seeded when the layer is built",
+    );
+    // The new settings on the running layer's name, window and seed.
+    let next = to
+        .to_builder()
+        .name(cur.name().to_owned())
+        .ttl(cur.ttl())
+        .seed(cur.seed())
+        .build();
+    let effect = match &next {
+        Ok(_) => Effect::InPlace,
+        Err(_) => Effect::NeedsRebuild("the new settings do not hold on the running window (ttl)"),
+    };
+    let before = d.changes.len();
     macro_rules! fields {
         ($($name:ident),*) => {
-            $( d.rebuild(concat!("retry.", stringify!($name)), &cur.$name(), &to.$name(), FIXED); )*
+            $( d.field(concat!("retry.", stringify!($name)), &cur.$name(), &to.$name(), effect.clone()); )*
         };
     }
     fields!(
-        name,
         retry_ratio,
         min_retries_per_second,
-        ttl,
         failure_rate_threshold,
         cutoff_minimum_calls,
         max_attempts,
@@ -609,9 +668,20 @@ fn retry(d: &mut Diff, from: Option<&RetryConfig>, to: Option<&RetryConfig>) {
         max_delay,
         max_retry_after,
         max_replay_body_bytes,
-        hedge_delay,
-        seed
+        hedge_delay
     );
+    if let (true, Ok(next)) = (apply, next)
+        && d.changes.len() > before
+        && let Err(why) = layer.reconfigure(next)
+    {
+        let why = match why {
+            fusebox_retry::Reconfigure::Ttl => "the retry layer refused: another window (ttl)",
+            _ => "the retry layer refused: another name",
+        };
+        for c in &mut d.changes[before..] {
+            c.effect = Effect::NeedsRebuild(why);
+        }
+    }
 }
 
 fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &RouteTable<C>) {

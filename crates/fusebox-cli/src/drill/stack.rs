@@ -22,7 +22,7 @@ use fusebox_classify::StandardClassifier;
 use fusebox_classify::{BoxError, ConfigError};
 use fusebox_limit::{ConcurrencyLimitLayer, LimitHandle};
 use fusebox_redis::OnRedis;
-use fusebox_retry::{ReplayBody, RetryBudgetLayer};
+use fusebox_retry::{ReplayBody, RetryBudgetLayer, RetryConfig};
 use fusebox_timeout::TimeoutLayer;
 use http::{Request, Response};
 use http_body::Body;
@@ -137,7 +137,7 @@ fn with_breaker<St: Store>(
         Some(retry) => {
             let (inner, handle, limit) =
                 inner::<ReplayBody<Empty<Bytes>>, St>(policy, breaker, tap)?;
-            let layer = RetryBudgetLayer::builder(retry.clone())
+            let layer = RetryBudgetLayer::builder(RetryConfig::clone(&retry))
                 .routes(policy.routes().clone())
                 .build()?;
             let service = BoxCloneService::new(layer.layer(inner).map_response(boxed));

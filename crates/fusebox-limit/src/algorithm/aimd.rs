@@ -64,6 +64,27 @@ impl Aimd {
     }
 }
 
+impl Aimd {
+    /// This algorithm with `config`'s settings, keeping its state: the current limit (held
+    /// within the new minimum and maximum) and the congestion episode in progress.
+    /// `config`'s `initial_limit` is not used: the limit is already running.
+    ///
+    /// ```
+    /// use fusebox_limit::AimdConfig;
+    /// use fusebox_limit::algorithm::{Aimd, LimitAlgorithm};
+    ///
+    /// let running = Aimd::new(&AimdConfig::new().initial_limit(40).max_limit(100));
+    /// let lower = running.reconfigured(&AimdConfig::new().initial_limit(5).max_limit(30));
+    /// assert_eq!(lower.limit(), 30, "kept, within the new maximum");
+    /// ```
+    pub fn reconfigured(&self, config: &AimdConfig) -> Self {
+        let mut next = Aimd::new(config);
+        next.limit = self.limit.clamp(next.min as f64, next.max as f64);
+        next.gate = self.gate;
+        next
+    }
+}
+
 impl LimitAlgorithm for Aimd {
     fn limit(&self) -> usize {
         enforced(self.limit, self.min, self.max)

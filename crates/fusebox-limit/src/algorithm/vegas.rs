@@ -123,6 +123,21 @@ impl Vegas {
         }
     }
 
+    /// This algorithm with `config`'s settings, keeping its state: the current limit (held
+    /// within the new minimum and maximum), the no-load latency measured and the
+    /// measurement in progress, and the congestion episode in progress. `config`'s
+    /// `initial_limit` is not used: the limit is already running.
+    pub fn reconfigured(&self, config: &VegasConfig) -> Self {
+        let mut next = Vegas::new(config);
+        next.limit = self.limit.clamp(next.min as f64, next.max as f64);
+        next.baseline = self.baseline;
+        next.probe = self.probe.clone();
+        next.last_probe = self.last_probe;
+        next.last_change = self.last_change;
+        next.gate = self.gate;
+        next
+    }
+
     /// The no-load latency in use, in nanoseconds (`None` before the first measurement).
     pub fn baseline_nanos(&self) -> Option<u64> {
         self.baseline

@@ -72,6 +72,11 @@
 //! `max_concurrency` and `adaptive` (or `count_window` and `time_window`), which the most
 //! specific level that makes it decides.
 //!
+//! Beside `defaults` and `policies`, a file may have a `[metrics]` table for the process's
+//! metrics: `duration_buckets`, the call-duration histogram's bucket bounds in seconds
+//! (`[0.005, 0.05, 0.5, 5]`; finite, greater than zero, increasing), read back with
+//! [`PolicyFile::duration_buckets`] for the exporter.
+//!
 //! # Breaker state on Redis
 //!
 //! A breaker's `store` says where its state lives. By default (`kind = "memory"`) each
@@ -197,6 +202,16 @@ pub struct PolicyFile {
     root: Node,
     defaults: Level,
     policies: Vec<(String, Level)>,
+    /// `[metrics]`: settings of the process's metrics, not of a policy.
+    duration_buckets: Option<crate::metrics::DurationBuckets>,
+}
+
+/// `[metrics]`: what the file says about the process's metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    duration_buckets: Option<Vec<f64>>,
 }
 
 impl PolicyFile {
@@ -216,6 +231,26 @@ impl PolicyFile {
         let root: Node = serde_norway::from_str(text)
             .map_err(|e| ConfigError::new("file", format!("is not valid YAML: {e}")))?;
         PolicyFile::from_node(root)
+    }
+
+    /// The call-duration histogram's buckets the file gives (`duration_buckets`, seconds, in
+    /// its `[metrics]` table), checked when the file was read; give them to the exporter
+    /// (see [`DurationBuckets`](crate::metrics::DurationBuckets)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "toml")] {
+    /// use fusebox::config::PolicyFile;
+    ///
+    /// let file = PolicyFile::from_toml("[metrics]\nduration_buckets = [0.01, 0.1, 1]\n")?;
+    /// assert_eq!(file.duration_buckets().map(|b| b.as_slice()), Some(&[0.01, 0.1, 1.0][..]));
+    ///
+    /// let err = PolicyFile::from_toml("[metrics]\nduration_buckets = [0.5, 0.1]\n").unwrap_err();
+    /// assert_eq!(err.problems()[0].path(), "metrics.duration_buckets[1]");
+    /// # }
+    /// # Ok::<(), fusebox::ConfigError>(())
+    /// ```
+    pub fn duration_buckets(&self) -> Option<&crate::metrics::DurationBuckets> {
+        self.duration_buckets.as_ref()
     }
 
     /// Reads and checks a policy file written in `syntax`
@@ -267,6 +302,7 @@ impl PolicyFile {
         let mut problems: Vec<Problem> = Vec::new();
         let mut defaults = Level::default();
         let mut policies = Vec::new();
+        let mut duration_buckets = None;
         match root.as_map() {
             None => push(
                 &mut problems,
@@ -293,10 +329,20 @@ impl PolicyFile {
                                 }
                             }
                         },
+                        "metrics" => {
+                            let (section, found) = load::<MetricsSection>(value, "metrics", &[]);
+                            problems.extend(found);
+                            if let Some(bounds) = section.duration_buckets {
+                                match crate::metrics::DurationBuckets::new(bounds) {
+                                    Ok(b) => duration_buckets = Some(b),
+                                    Err(e) => problems.extend(e.problems().iter().cloned()),
+                                }
+                            }
+                        }
                         other => push(
                             &mut problems,
                             other,
-                            unknown_key_among(other, &["defaults", "policies"]),
+                            unknown_key_among(other, &["defaults", "policies", "metrics"]),
                         ),
                     }
                 }
@@ -306,6 +352,7 @@ impl PolicyFile {
             root,
             defaults,
             policies,
+            duration_buckets,
         };
         // Every value has its type; now what each policy describes, by every layer's rules.
         for (name, _) in &file.policies {

@@ -197,7 +197,7 @@ fn every_problem_is_reported_with_its_path() {
     assert_eq!(
         problems(&err),
         [
-            "colour: unknown key; expected one of: defaults, policies",
+            "colour: unknown key; expected one of: defaults, policies, metrics",
             "defaults.breaker.open_wait: must be a duration with a unit, such as \"250ms\" or \"30s\", got 30",
             "defaults.timout: unknown key; did you mean `timeout`?",
             "policies.fraud-eu.breaker.failur_rate_threshold: unknown key; did you mean `failure_rate_threshold`?",
@@ -486,8 +486,14 @@ fn written_and_read_back(file: &PolicyFile, names: &[&str]) {
         assert_eq!(after.limit_config(), before.limit_config(), "{name}");
         assert_eq!(after.timeout_config(), before.timeout_config(), "{name}");
         assert_eq!(
-            after.retry_config().map(fusebox_retry::RetrySection::of),
-            before.retry_config().map(fusebox_retry::RetrySection::of),
+            after
+                .retry_config()
+                .as_deref()
+                .map(fusebox_retry::RetrySection::of),
+            before
+                .retry_config()
+                .as_deref()
+                .map(fusebox_retry::RetrySection::of),
             "{name}"
         );
         assert_eq!(after.recovery_ramp(), before.recovery_ramp(), "{name}");

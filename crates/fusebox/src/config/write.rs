@@ -127,7 +127,7 @@ impl PolicySection {
             breaker,
             limit: policy.limit_config().map(LimitSection::of),
             timeout: policy.timeout_config().map(TimeoutSection::of),
-            retry: policy.retry_config().map(RetrySection::of),
+            retry: policy.retry_config().as_deref().map(RetrySection::of),
             recovery_ramp: policy.recovery_ramp().map(|r| RampSection {
                 enabled: None,
                 initial_limit: Some(count_of(r.initial_limit())),

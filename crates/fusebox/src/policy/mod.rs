@@ -890,8 +890,9 @@ impl<C: Classifier> Policy<C> {
         self.inner.shared.limit.as_ref().map(|l| l.config())
     }
 
-    /// The retry layer's configuration.
-    pub fn retry_config(&self) -> Option<&RetryConfig> {
+    /// The retry layer's configuration: as built, or as the last
+    /// [`reload`](Policy::reload) set it.
+    pub fn retry_config(&self) -> Option<Arc<RetryConfig>> {
         self.inner.shared.retry.as_ref().map(|r| r.config())
     }
 
