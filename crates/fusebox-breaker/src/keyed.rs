@@ -12,6 +12,7 @@ use crate::events::EventSink;
 use crate::future::ResponseBody;
 use crate::state::{Command, State};
 use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
+use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
@@ -562,7 +563,17 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
         &self,
         request: &Request<B>,
     ) -> Result<Guard<C, M::Store>, CircuitOpen> {
-        let meta = self.shared.table.meta(request);
+        self.admit_in(request, &mut Scope::new())
+    }
+
+    /// Admits `request` on its key's breaker or rejects it, reading its route from the
+    /// call's `scope`.
+    pub fn admit_in<B>(
+        &self,
+        request: &Request<B>,
+        scope: &mut Scope,
+    ) -> Result<Guard<C, M::Store>, CircuitOpen> {
+        let meta = self.shared.table.meta_in(request, scope);
         let head = RequestHead {
             method: request.method(),
             uri: request.uri(),
@@ -588,14 +599,15 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
     type End = EosRecorder<C, M::Store>;
 
     #[inline]
-    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
-        Guard::admission(self.admit_request(request))
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
+        Guard::admission(self.admit_in(request, scope))
     }
 
     fn poll_wait(
         &self,
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
+        _: &mut Scope,
         _: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}

@@ -22,6 +22,7 @@
 
 use crate::breaker::{BreakerHandle, EosRecorder, Guard, Leases, PlainCall, lease};
 use crate::store::{MemoryStore, Store};
+use fusebox_classify::context::Scope;
 use fusebox_classify::stage::{Admit, Answer, NoWait, Opaque, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use std::fmt;
@@ -145,7 +146,7 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
     type End = EosRecorder<C, St, PlainCall>;
 
     #[inline]
-    fn admit(&self, _: &mut R) -> Admit<Self::Admitted, NoWait> {
+    fn admit(&self, _: &mut R, _: &mut Scope) -> Admit<Self::Admitted, NoWait> {
         let leases = &*self.breaker;
         Guard::admission(leases.admit_plain(|| lease(leases)))
     }
@@ -154,6 +155,7 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
         &self,
         waiting: Pin<&mut NoWait>,
         _: &mut R,
+        _: &mut Scope,
         _: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}

@@ -3,6 +3,7 @@
 use crate::breaker::{BreakerHandle, EosRecorder, Guard, Leases, lease};
 use crate::future::{ResponseBody, ResponseFuture};
 use crate::store::{MemoryStore, Store};
+use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
@@ -50,8 +51,18 @@ impl<C: Classifier, St: Store> BreakerStage<C, St> {
     /// Admits `request` or rejects it.
     #[inline(always)]
     pub fn admit_request<B>(&self, request: &Request<B>) -> Result<Guard<C, St>, CircuitOpen> {
+        self.admit_in(request, &mut Scope::new())
+    }
+
+    /// Admits `request` or rejects it, reading its route from the call's `scope`.
+    #[inline(always)]
+    pub fn admit_in<B>(
+        &self,
+        request: &Request<B>,
+        scope: &mut Scope,
+    ) -> Result<Guard<C, St>, CircuitOpen> {
         let leases = &*self.breaker;
-        let meta = leases.table.meta(request);
+        let meta = leases.table.meta_in(request, scope);
         leases.admit_with(meta, || lease(leases))
     }
 
@@ -67,14 +78,15 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
     type End = EosRecorder<C, St>;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
-        Guard::admission(self.admit_request(request))
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
+        Guard::admission(self.admit_in(request, scope))
     }
 
     fn poll_wait(
         &self,
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
+        _: &mut Scope,
         _: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}

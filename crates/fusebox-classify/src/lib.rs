@@ -58,6 +58,7 @@ mod call;
 mod classifier;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod deadline;
 pub mod error;
 pub mod fn_classifier;

@@ -8,19 +8,22 @@
 //! default route. Matching allocates nothing; a table with only a default route does no
 //! matching at all.
 //!
-//! Every layer of a stack resolves the route of each call it sees, and a stack of four
-//! layers sharing one table sees each call four times, one directly after the other on the
-//! same thread. So each thread remembers the last request it resolved (which table, the
-//! method, and the path, up to [`CACHED_PATH_LEN`] bytes, compared in full): the layers
-//! after the first answer from it instead of matching the path again. The answer is a pure
-//! function of the table and those inputs, so a remembered one is always the one matching
-//! would give.
+//! A call is resolved once, by the outermost fusebox layer it passes through: the layers
+//! and stages inside it read the resolution from the call's [`Scope`] ([`resolve_in`],
+//! [`meta_in`]; see [`context`](crate::context)). [`resolve`] and [`meta`] match the
+//! request every time they are asked.
+//!
+//! [`Scope`]: crate::context::Scope
+//! [`resolve_in`]: RouteTable::resolve_in
+//! [`meta_in`]: RouteTable::meta_in
+//! [`resolve`]: RouteTable::resolve
+//! [`meta`]: RouteTable::meta
 
-use crate::call::{Call, STANDARD_METHODS, is_idempotent};
+use crate::call::{Call, is_idempotent};
 use crate::classifier::{Classifier, StandardClassifier};
 use crate::config::{ConfigError, Validator};
+use crate::context::Scope;
 use http::{Method, Request};
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -267,6 +270,9 @@ struct Candidates {
 
 #[derive(Debug)]
 struct Table<C> {
+    /// Unique among the tables of this process: names the table in a call's [`Scope`]
+    /// (an address could be reused by a later table).
+    id: u64,
     names: Vec<Arc<str>>,
     routes: Vec<Route<C>>,
     router: Option<Matcher>,
@@ -275,73 +281,21 @@ struct Table<C> {
 /// The path matcher of a table with routes besides the default one.
 #[derive(Debug)]
 struct Matcher {
-    /// Unique among the tables of this process: names the table in the per-thread memory
-    /// of the last resolution (an address could be reused by a later table).
-    id: u64,
     router: matchit::Router<Candidates>,
 }
 
-/// The ids of [`Matcher`]s; 0 is never one.
-static NEXT_MATCHER_ID: AtomicU64 = AtomicU64::new(1);
+/// The ids of [`Table`]s; 0 is never one.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// The longest path (or matched route template) whose resolution a thread remembers.
-pub const CACHED_PATH_LEN: usize = 128;
-
-/// The last resolution on this thread: `route` is what the table `matcher` gives for
-/// `method` and the first `len` bytes of `path`.
-struct LastResolved {
-    matcher: u64,
-    method: Method,
-    len: usize,
-    path: [u8; CACHED_PATH_LEN],
-    route: RouteId,
-}
-
-thread_local! {
-    static LAST_RESOLVED: RefCell<LastResolved> = const {
-        RefCell::new(LastResolved {
-            matcher: 0,
-            method: Method::GET,
-            len: 0,
-            path: [0; CACHED_PATH_LEN],
-            route: RouteId::DEFAULT,
-        })
-    };
+fn next_table_id() -> u64 {
+    NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed)
 }
 
 impl Matcher {
-    /// The route for `method` and `path`: remembered from the last resolution on this
-    /// thread when that was the same question, else matched (and remembered).
+    /// The route for `method` and `path`.
     #[inline]
     fn resolve(&self, method: &Method, path: &str) -> RouteId {
-        let bytes = path.as_bytes();
-        if bytes.len() > CACHED_PATH_LEN {
-            return self.lookup(method, path);
-        }
-        LAST_RESOLVED
-            .try_with(|last| {
-                let Ok(mut last) = last.try_borrow_mut() else {
-                    return self.lookup(method, path);
-                };
-                if last.matcher == self.id
-                    && last.len == bytes.len()
-                    && last.method == *method
-                    && last.path[..bytes.len()] == *bytes
-                {
-                    return last.route;
-                }
-                let route = self.lookup(method, path);
-                // Extension methods are not remembered: cloning one allocates.
-                if STANDARD_METHODS.contains(method) {
-                    last.matcher = self.id;
-                    last.method = method.clone();
-                    last.len = bytes.len();
-                    last.path[..bytes.len()].copy_from_slice(bytes);
-                    last.route = route;
-                }
-                route
-            })
-            .unwrap_or_else(|_| self.lookup(method, path))
+        self.lookup(method, path)
     }
 
     fn lookup(&self, method: &Method, path: &str) -> RouteId {
@@ -373,6 +327,14 @@ impl<C> Clone for RouteTable<C> {
     }
 }
 
+impl<C> RouteTable<C> {
+    /// Names this table in a call's [`Scope`]: unique among the tables of this process.
+    #[inline]
+    pub(crate) fn id(&self) -> u64 {
+        self.table.id
+    }
+}
+
 impl Default for RouteTable<StandardClassifier> {
     /// One route with the standard classifier and no settings of its own. Made once per
     /// process and shared (a table is immutable, and cloning one copies a pointer): every
@@ -398,6 +360,7 @@ impl<C: Classifier> RouteTable<C> {
         route.timeout = nonzero(route.timeout);
         RouteTable {
             table: Arc::new(Table {
+                id: next_table_id(),
                 names: vec![Arc::from(DEFAULT_ROUTE)],
                 routes: vec![route],
                 router: None,
@@ -431,6 +394,33 @@ impl<C: Classifier> RouteTable<C> {
         match &self.table.router {
             None => RouteId::DEFAULT,
             Some(matcher) => matcher.resolve(method, path),
+        }
+    }
+
+    /// The route a request belongs to, as the call's `scope` has it: resolved by an outer
+    /// layer or an earlier stage of the call, or resolved now and kept in `scope` for the
+    /// stages after this one (see [`context`](crate::context)).
+    #[inline]
+    pub fn resolve_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> RouteId {
+        if self.table.router.is_none() {
+            return RouteId::DEFAULT;
+        }
+        self.scoped_route(request, scope)
+    }
+
+    /// [`meta`](RouteTable::meta), as the call's `scope` has it (see
+    /// [`resolve_in`](RouteTable::resolve_in)).
+    #[inline]
+    pub fn meta_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> CallMeta {
+        let (route, idempotent) = self.scoped_meta(request, scope, |route| {
+            self.route(route)
+                .idempotent_override()
+                .unwrap_or_else(|| is_idempotent(request.method(), request.headers()))
+        });
+        CallMeta {
+            route,
+            method: request.method().clone(),
+            idempotent,
         }
     }
 
@@ -611,11 +601,9 @@ impl<C: Classifier> RouteTableBuilder<C> {
             }
         }
         let table = Table {
+            id: next_table_id(),
             names,
-            router: (routes.len() > 1).then(|| Matcher {
-                id: NEXT_MATCHER_ID.fetch_add(1, Ordering::Relaxed),
-                router,
-            }),
+            router: (routes.len() > 1).then_some(Matcher { router }),
             routes,
         };
         v.finish(RouteTable {
@@ -788,11 +776,12 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Whatever the order of requests and tables, a resolution remembered by the
-        /// thread is the one matching gives.
+        /// Whatever the order of requests and tables, a resolution read from a scope —
+        /// the call's own, or the one current while an outer layer hands the call on — is
+        /// the one matching gives.
         #[test]
-        fn remembered_resolutions_are_the_matched_ones(
-            calls in proptest::collection::vec((0usize..2, 0usize..4, 0usize..7), 1..300)
+        fn scoped_resolutions_are_the_matched_ones(
+            calls in proptest::collection::vec((0usize..2, 0usize..4, 0usize..7, 0usize..2), 1..300)
         ) {
             let tables = two_tables();
             let methods = [
@@ -801,18 +790,21 @@ mod tests {
                 Method::DELETE,
                 Method::from_bytes(b"PURGE").unwrap(),
             ];
-            let long = format!("/users/{}", "x".repeat(CACHED_PATH_LEN));
+            let long = format!("/users/{}", "x".repeat(200));
             let paths = ["/users/1", "/users/2", "/orders/9", "/users", "/other", "/users/1/", long.as_str()];
-            for (t, m, p) in calls {
+            for (t, m, p, o) in calls {
                 let (table, method, path) = (&tables[t], &methods[m], paths[p]);
-                proptest::prop_assert_eq!(
-                    table.resolve_path(method, path),
-                    matched(table, method, path)
-                );
-                proptest::prop_assert_eq!(
-                    table.resolve(&req(method.clone(), path)),
-                    matched(table, method, path)
-                );
+                let expected = matched(table, method, path);
+                let request = req(method.clone(), path);
+                let mut outer = Scope::new();
+                tables[o].resolve_in(&request, &mut outer);
+                let _entered = outer.enter();
+                let mut scope = Scope::new();
+                // The first stage of the inner layer, then a second one reading its scope.
+                proptest::prop_assert_eq!(table.resolve_in(&request, &mut scope), expected);
+                proptest::prop_assert_eq!(table.meta_in(&request, &mut scope).route(), expected);
+                proptest::prop_assert_eq!(table.resolve_path(method, path), expected);
+                proptest::prop_assert_eq!(table.resolve(&request), expected);
             }
         }
     }

@@ -24,6 +24,7 @@
 //! A stage that counts the calls it admits and refuses every third one:
 //!
 //! ```
+//! use fusebox_classify::context::Scope;
 //! use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged};
 //! use fusebox_classify::BoxError;
 //! use http::{Request, Response};
@@ -41,7 +42,7 @@
 //!     type Waiting = NoWait;
 //!     type End = NoEnd;
 //!
-//!     fn admit(&self, _: &mut Request<B>) -> Admit<(), NoWait> {
+//!     fn admit(&self, _: &mut Request<B>, _: &mut Scope) -> Admit<(), NoWait> {
 //!         if self.0.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
 //!             Admit::Refuse("every third call is refused".into())
 //!         } else {
@@ -53,6 +54,7 @@
 //!         &self,
 //!         waiting: Pin<&mut NoWait>,
 //!         _: &mut Request<B>,
+//!         _: &mut Scope,
 //!         _: &mut Context<'_>,
 //!     ) -> Poll<Admit<(), NoWait>> {
 //!         match *waiting.get_mut() {}
@@ -78,6 +80,7 @@
 
 use crate::BoxError;
 use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
+use crate::context::Scope;
 use http::{HeaderMap, Response, StatusCode};
 use http_body::Body;
 use pin_project::pin_project;
@@ -139,8 +142,11 @@ pub trait Stage<Req> {
     type End: OnEndOfStream;
 
     /// Decides whether `request` may go now, must wait, or is refused. The stage may
-    /// change the request (a timeout tells the next hop its deadline).
-    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting>;
+    /// change the request (a timeout tells the next hop its deadline). What a stage needs
+    /// to know about the call's route it reads from `scope`, which every stage of the call
+    /// shares (and which an outer fusebox layer may have filled already): see
+    /// [`context`](crate::context).
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting>;
 
     /// Drives a waiting call; ready with its admission ([`Admit::Ready`]), or with the
     /// error that refuses it ([`Admit::Refuse`], or [`Admit::Fail`] when part of the stage
@@ -149,6 +155,7 @@ pub trait Stage<Req> {
         &self,
         waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
+        scope: &mut Scope,
         cx: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>>;
 
@@ -262,14 +269,14 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
     type End = (Option<B::End>, Option<A::End>);
 
     #[inline(always)]
-    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting> {
-        let outer = match self.0.admit(request) {
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
+        let outer = match self.0.admit(request, scope) {
             Admit::Ready(outer) => outer,
             Admit::Wait(waiting) => return Admit::Wait(PairWait::Outer(waiting)),
             Admit::Refuse(error) => return Admit::Refuse(error),
             Admit::Fail(outer, error) => return Admit::Fail(Both { outer, inner: None }, error),
         };
-        match self.1.admit(request) {
+        match self.1.admit(request, scope) {
             Admit::Ready(inner) => Admit::Ready(Both {
                 outer,
                 inner: Some(inner),
@@ -295,12 +302,13 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
         &self,
         mut waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
+        scope: &mut Scope,
         cx: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         loop {
             match waiting.as_mut().project() {
                 PairWaitProj::Outer(w) => {
-                    let outer = match ready!(self.0.poll_wait(w, request, cx)) {
+                    let outer = match ready!(self.0.poll_wait(w, request, scope, cx)) {
                         Admit::Ready(outer) => outer,
                         Admit::Wait(never) => match never {},
                         Admit::Refuse(error) => return Poll::Ready(Admit::Refuse(error)),
@@ -308,7 +316,7 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
                             return Poll::Ready(Admit::Fail(Both { outer, inner: None }, error));
                         }
                     };
-                    let inner = match self.1.admit(request) {
+                    let inner = match self.1.admit(request, scope) {
                         Admit::Wait(w) => {
                             waiting.set(PairWait::Inner {
                                 outer: Some(outer),
@@ -323,7 +331,7 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
                     return Poll::Ready(with_outer(outer, inner));
                 }
                 PairWaitProj::Inner { outer, waiting: w } => {
-                    let inner = ready!(self.1.poll_wait(w, request, cx));
+                    let inner = ready!(self.1.poll_wait(w, request, scope, cx));
                     // `None`: polled again after it was ready; it stays pending.
                     let Some(outer) = outer.take() else {
                         return Poll::Pending;
@@ -371,10 +379,10 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
     type End = St::End;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting> {
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
         match self {
             None => Admit::Ready(None),
-            Some(stage) => some(stage.admit(request)),
+            Some(stage) => some(stage.admit(request, scope)),
         }
     }
 
@@ -382,10 +390,11 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
         &self,
         waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
+        scope: &mut Scope,
         cx: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match self {
-            Some(stage) => stage.poll_wait(waiting, request, cx).map(some),
+            Some(stage) => stage.poll_wait(waiting, request, scope, cx).map(some),
             // Only a stage that is there makes a call wait.
             None => Poll::Pending,
         }
@@ -435,17 +444,18 @@ impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
     type End = St::End;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Req) -> Admit<Self::Admitted, Self::Waiting> {
-        (**self).admit(request)
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
+        (**self).admit(request, scope)
     }
 
     fn poll_wait(
         &self,
         waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
+        scope: &mut Scope,
         cx: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
-        (**self).poll_wait(waiting, request, cx)
+        (**self).poll_wait(waiting, request, scope, cx)
     }
 
     #[inline(always)]
@@ -602,15 +612,21 @@ where
 
     #[inline(always)]
     fn call(&mut self, mut request: Req) -> Self::Future {
-        match self.stage.admit(&mut request) {
-            Admit::Ready(admitted) => StagedFuture {
-                phase: Phase::Called {
-                    future: self.inner.call(request),
-                },
-                admitted: Some(admitted),
-                reply: PhantomData,
-            },
-            Admit::Wait(waiting) => self.wait(waiting, request),
+        // What the stages resolve about the call, shared by them and, while the call is
+        // handed on, by the fusebox services inside this one.
+        let mut scope = Scope::new();
+        match self.stage.admit(&mut request, &mut scope) {
+            Admit::Ready(admitted) => {
+                let _current = scope.enter();
+                StagedFuture {
+                    phase: Phase::Called {
+                        future: self.inner.call(request),
+                    },
+                    admitted: Some(admitted),
+                    reply: PhantomData,
+                }
+            }
+            Admit::Wait(waiting) => self.wait(waiting, request, scope),
             Admit::Refuse(error) => StagedFuture::refused(error, None),
             Admit::Fail(admitted, error) => StagedFuture::refused(error, Some(admitted)),
         }
@@ -621,7 +637,12 @@ impl<S, St, P> Staged<S, St, P> {
     /// A call that has to wait takes the service the caller polled ready with it (and the
     /// stage, to admit it later); this runner keeps a fresh service in its place.
     #[inline(never)]
-    fn wait<Req>(&mut self, waiting: St::Waiting, request: Req) -> StagedFuture<S, Req, St, P>
+    fn wait<Req>(
+        &mut self,
+        waiting: St::Waiting,
+        request: Req,
+        scope: Scope,
+    ) -> StagedFuture<S, Req, St, P>
     where
         S: Service<Req>,
         St: Stage<Req> + Clone,
@@ -634,6 +655,7 @@ impl<S, St, P> Staged<S, St, P> {
                     waiting,
                     stage: self.stage.clone(),
                     call: Some((service, request)),
+                    scope,
                 }),
             },
             admitted: None,
@@ -689,6 +711,8 @@ struct Waiter<S, Req, St: Stage<Req>> {
     waiting: St::Waiting,
     stage: St,
     call: Option<(S, Req)>,
+    /// The call's scope: what its stages resolved, current again when it is sent.
+    scope: Scope,
 }
 
 impl<S, Req, St, P> StagedFuture<S, Req, St, P>
@@ -790,10 +814,15 @@ where
         let Some((_, request)) = waiter.call.as_mut() else {
             return Poll::Pending;
         };
-        match ready!(waiter.stage.poll_wait(waiter.waiting, request, cx)) {
+        match ready!(
+            waiter
+                .stage
+                .poll_wait(waiter.waiting, request, waiter.scope, cx)
+        ) {
             Admit::Ready(admission) => match waiter.call.take() {
                 Some((mut service, request)) => {
                     admitted.set(Some(admission));
+                    let _current = waiter.scope.enter();
                     Ok(service.call(request))
                 }
                 None => return Poll::Pending,

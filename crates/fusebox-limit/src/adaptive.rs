@@ -9,9 +9,8 @@
 //! limiter's small table of the extension methods it has seen.
 
 use crate::limiter::{Limiter, micros};
-use fusebox_classify::{
-    Call, Classifier, Nanos, RouteId, STANDARD_METHODS, Verdict, is_idempotent,
-};
+use fusebox_classify::context::Scope;
+use fusebox_classify::{Call, Classifier, Nanos, RouteId, STANDARD_METHODS, Verdict};
 use http::{Method, Request};
 use std::sync::{Mutex, PoisonError};
 
@@ -62,13 +61,13 @@ pub(crate) struct CallInfo {
 
 impl CallInfo {
     /// Reads the request once, before it is sent.
-    pub(crate) fn new<B, C: Classifier>(limiter: &Limiter<C>, request: &Request<B>) -> Self {
-        let table = &limiter.table;
-        let route = table.resolve(request);
-        let idempotent = table
-            .route(route)
-            .idempotent_override()
-            .unwrap_or_else(|| is_idempotent(request.method(), request.headers()));
+    pub(crate) fn new<B, C: Classifier>(
+        limiter: &Limiter<C>,
+        request: &Request<B>,
+        scope: &mut Scope,
+    ) -> Self {
+        let meta = limiter.table.meta_in(request, scope);
+        let (route, idempotent) = (meta.route(), meta.idempotent());
         let method = match STANDARD.iter().position(|m| m == request.method()) {
             Some(i) => i as u8,
             None => limiter.extension_methods.code(request.method()),
@@ -132,7 +131,7 @@ mod tests {
         methods.push(Method::from_bytes(b"PURGE").unwrap());
         for m in methods {
             let req = Request::builder().method(m.clone()).body(()).unwrap();
-            let info = CallInfo::new(&limiter, &req);
+            let info = CallInfo::new(&limiter, &req, &mut Scope::new());
             let (seen, idempotent) = info.classify(&limiter, |_, call| {
                 (call.method().cloned(), call.idempotent())
             });

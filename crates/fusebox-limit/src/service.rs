@@ -8,6 +8,7 @@ use crate::future::ResponseFuture;
 use crate::limiter::{Lane, Lanes};
 use crate::observe::LimitHandle;
 use crate::partition::{Partitioner, Unpartitioned};
+use fusebox_classify::context::Scope;
 use fusebox_classify::shard::Leases;
 use fusebox_classify::stage::{Admit, Answer, Handoff, Http, NoWait, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
@@ -75,11 +76,21 @@ impl<C: Classifier, P> LimitStage<C, P> {
     where
         P: Partitioner<B>,
     {
+        self.acquire_in(request, &mut Scope::new())
+    }
+
+    /// [`acquire`](LimitStage::acquire), reading the call's route from its `scope` (an
+    /// adaptive limit judges calls by their route).
+    #[inline]
+    pub fn acquire_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> Acquire<C>
+    where
+        P: Partitioner<B>,
+    {
         let index = self.lane(self.partitioner.partition(request));
         let lane = &self.lanes[index];
         let limiter = lane.limiter();
         let call = if limiter.is_adaptive() {
-            Some(CallInfo::new(limiter, request))
+            Some(CallInfo::new(limiter, request, scope))
         } else {
             None
         };
@@ -110,8 +121,12 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
     type End = Completion<C>;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, Queued<C>> {
-        match self.acquire(request) {
+    fn admit(
+        &self,
+        request: &mut Request<B>,
+        scope: &mut Scope,
+    ) -> Admit<Self::Admitted, Queued<C>> {
+        match self.acquire_in(request, scope) {
             Acquire::Admitted(admitted) => Admit::Ready(Some(admitted)),
             Acquire::Queued(queued) => Admit::Wait(queued),
             Acquire::Shed(error) => Admit::Refuse(error.into()),
@@ -122,6 +137,7 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
         &self,
         waiting: Pin<&mut Queued<C>>,
         _: &mut Request<B>,
+        _: &mut Scope,
         cx: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         waiting.poll_admit(cx).map(|admitted| match admitted {

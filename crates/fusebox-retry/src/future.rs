@@ -452,7 +452,12 @@ where
                     }
                     let span = attempt_span(replay.attempts);
                     let attempt = Request::from_parts(replay.parts.clone(), replay.buffer.replay());
-                    let future = call_in(&span, replay.next_service(this.shared), attempt);
+                    let scope = this.shared.routes.scope_for(
+                        &attempt,
+                        this.meta.route(),
+                        this.meta.idempotent(),
+                    );
+                    let future = call_in(&span, &scope, replay.next_service(this.shared), attempt);
                     this.primary.set(Some(future));
                     *this.primary_span = span;
                     if replay.hedge == Hedge::Idle {
@@ -585,8 +590,17 @@ where
                                     replay.parts.clone(),
                                     replay.buffer.replay(),
                                 );
-                                let future =
-                                    call_in(&span, replay.next_service(this.shared), attempt);
+                                let scope = this.shared.routes.scope_for(
+                                    &attempt,
+                                    this.meta.route(),
+                                    this.meta.idempotent(),
+                                );
+                                let future = call_in(
+                                    &span,
+                                    &scope,
+                                    replay.next_service(this.shared),
+                                    attempt,
+                                );
                                 *this.hedge = Some(Box::pin(HedgeAttempt { future, span }));
                                 // Poll the hedge once so that it registers its waker.
                                 continue;

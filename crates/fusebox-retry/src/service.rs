@@ -8,6 +8,7 @@ use crate::future::{Replay, ResponseFuture};
 use crate::replay::{Buffered, ReplayBody};
 use crate::telemetry;
 use arc_swap::ArcSwap;
+use fusebox_classify::context::Scope;
 use fusebox_classify::series::{Series, SeriesBuilder};
 use fusebox_classify::shard::Leases;
 use fusebox_classify::{CallMeta, Classifier, Clock, Deadline, RetryHint, RouteTable};
@@ -283,13 +284,21 @@ pub(crate) fn attempt_span(attempt: u32) -> Span {
     tracing::debug_span!(target: "fusebox::retry", "retry_attempt", attempt)
 }
 
-/// Calls `service` inside `span`.
+/// Calls `service` inside `span`, with `scope` (what this layer resolved about the call)
+/// current, so that the fusebox layers inside read it instead of resolving the attempt
+/// again.
 ///
 /// Not `Span::in_scope`: its closure's result — the attempt's future, hundreds of bytes
 /// under a full policy — would be copied out of one more stack frame on every call.
 #[inline(always)]
-pub(crate) fn call_in<S: Service<R>, R>(span: &Span, service: &mut S, request: R) -> S::Future {
+pub(crate) fn call_in<S: Service<R>, R>(
+    span: &Span,
+    scope: &Scope,
+    service: &mut S,
+    request: R,
+) -> S::Future {
     let _entered = span.enter();
+    let _current = scope.enter();
     service.call(request)
 }
 
@@ -400,7 +409,8 @@ where
         let bound = &***leases;
         bound.budget.deposit();
         bound.metrics.attempts.increment(1);
-        let meta: CallMeta = bound.routes.meta(&request);
+        let mut scope = Scope::new();
+        let meta: CallMeta = bound.routes.meta_in(&request, &mut scope);
         let deadline = request.extensions().get::<Deadline>().copied();
         if deadline.is_some_and(|d| d.is_expired()) {
             // No attempt starts past the deadline, the first one included.
@@ -418,7 +428,7 @@ where
             let attempt = Request::from_parts(parts.clone(), ReplayBody::empty());
             let inner = &mut self.inner;
             return ResponseFuture::repeatable(
-                |span| call_in(span, inner, attempt),
+                |span| call_in(span, &scope, inner, attempt),
                 attempt_span(1),
                 leases.lease(),
                 meta,
@@ -440,7 +450,7 @@ where
         // Streaming, too large, or never retried: sent once, untouched.
         let span = attempt_span(1);
         let attempt = Request::from_parts(parts, ReplayBody::streaming(body));
-        let future = call_in(&span, &mut self.inner, attempt);
+        let future = call_in(&span, &scope, &mut self.inner, attempt);
         ResponseFuture::once(future, span, leases.lease(), meta, deadline)
     }
 }

@@ -6,6 +6,7 @@ use crate::config::{DeadlineConfig, TimeoutConfig};
 use crate::future::{BodyFuture, Bound, ResponseFuture, Timed};
 use crate::table::Timeouts;
 use crate::telemetry::{self, RouteSeries};
+use fusebox_classify::context::Scope;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
 use fusebox_classify::shard::{Lease, Leases};
@@ -146,8 +147,8 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
     type End = NoEnd;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>) -> Admit<Timed, NoWait> {
-        match self.bound(request) {
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Timed, NoWait> {
+        match self.bound_in(request, scope) {
             Ok(bound) => Admit::Ready(Timed::new(bound)),
             Err(expired) => Admit::Refuse(expired.into_error()),
         }
@@ -157,6 +158,7 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
         &self,
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
+        _: &mut Scope,
         _: &mut Context<'_>,
     ) -> Poll<Admit<Timed, NoWait>> {
         match *waiting.get_mut() {}
@@ -342,7 +344,17 @@ impl<C: Classifier> TimeoutStage<C> {
     /// ```
     #[inline]
     pub fn bound<B>(&self, request: &mut Request<B>) -> Result<Bound, Expired> {
-        let id = self.routes.resolve(request);
+        self.bound_in(request, &mut Scope::new())
+    }
+
+    /// [`bound`](TimeoutStage::bound), reading the call's route from its `scope`.
+    #[inline]
+    pub fn bound_in<B>(
+        &self,
+        request: &mut Request<B>,
+        scope: &mut Scope,
+    ) -> Result<Bound, Expired> {
+        let id = self.routes.resolve_in(request, scope);
         let route_timeout = self.timeouts.get(id);
         let route = self.names.lease(id);
 
@@ -443,11 +455,15 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let route = self.names.lease(self.routes.resolve(&request));
+        let mut scope = Scope::new();
+        let route = self
+            .names
+            .lease(self.routes.resolve_in(&request, &mut scope));
         let deadline = request
             .extensions()
             .get::<Deadline>()
             .map(Deadline::instant);
+        let _current = scope.enter();
         BodyFuture::new(self.inner.call(request), route, self.timeout, deadline)
     }
 }

@@ -71,6 +71,7 @@
 
 use crate::policy::{Policy, PolicyService};
 use bytes::Bytes;
+use fusebox_classify::context::Scope;
 #[cfg(any(doc, test))]
 use fusebox_classify::error::{CircuitOpen, DeadlineExceeded, Elapsed, Overloaded};
 use fusebox_classify::{BoxError, Classifier, ErrorKind, RouteTable, StandardClassifier};
@@ -194,12 +195,19 @@ where
 
     #[inline]
     fn call(&mut self, request: Request<Body>) -> S::Future {
+        // Resolved here, the route is read by the policy inside instead of resolved again.
+        let mut scope = Scope::new();
         let cap = match &self.read_ahead {
-            Some((routes, cap)) if routes.route(routes.resolve(&request)).retry_enabled() => {
+            Some((routes, cap))
+                if routes
+                    .route(routes.resolve_in(&request, &mut scope))
+                    .retry_enabled() =>
+            {
                 Some(*cap)
             }
             _ => None,
         };
+        let _current = scope.enter();
         self.inner.call(request.map(|body| match cap {
             Some(cap) => RequestBody::read_ahead(body, cap),
             None => RequestBody::untouched(body),

@@ -24,6 +24,7 @@
 use crate::policy::Shared;
 use crate::policy::key::BreakerKey;
 use fusebox_breaker::{KeyFn, RequestHead};
+use fusebox_classify::context::Scope;
 use fusebox_classify::{CallMeta, Classified, Classifier, ErrorKind, Outcome};
 use http::{HeaderMap, Request, StatusCode};
 use std::error::Error;
@@ -57,7 +58,11 @@ impl<C> CallSpan<C> {
 impl<C: Classifier> CallSpan<C> {
     /// The call's span, or `None` (and nothing done) when no subscriber wants it.
     #[inline]
-    pub(crate) fn start<B>(shared: &Arc<Shared<C>>, request: &Request<B>) -> Option<Box<Self>> {
+    pub(crate) fn start<B>(
+        shared: &Arc<Shared<C>>,
+        request: &Request<B>,
+        scope: &mut Scope,
+    ) -> Option<Box<Self>> {
         let span = tracing::debug_span!(
             target: crate::trace::POLICY,
             crate::trace::POLICY_CALL,
@@ -74,7 +79,7 @@ impl<C: Classifier> CallSpan<C> {
         if span.is_disabled() {
             None
         } else {
-            Some(Self::enabled(span, shared, request))
+            Some(Self::enabled(span, shared, request, scope))
         }
     }
 
@@ -82,9 +87,14 @@ impl<C: Classifier> CallSpan<C> {
     /// key.
     #[cold]
     #[inline(never)]
-    fn enabled<B>(span: Span, shared: &Arc<Shared<C>>, request: &Request<B>) -> Box<Self> {
+    fn enabled<B>(
+        span: Span,
+        shared: &Arc<Shared<C>>,
+        request: &Request<B>,
+        scope: &mut Scope,
+    ) -> Box<Self> {
         let routes = &shared.routes;
-        let meta = routes.meta(request);
+        let meta = routes.meta_in(request, scope);
         let route_name = routes.name(meta.route());
         span.record("route", route_name);
         if let Some(key_by) = &shared.key {

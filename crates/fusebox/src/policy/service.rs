@@ -5,6 +5,7 @@ use crate::policy::body::PolicyBody;
 use crate::policy::call_span::CallSpan;
 use crate::policy::future::{FallbackCall, ResponseFuture};
 use crate::policy::stack::Stack;
+use fusebox_classify::context::Scope;
 use fusebox_classify::{BoxError, Classifier, StandardClassifier};
 use fusebox_retry::ReplayBody;
 use http::{Request, Response};
@@ -85,10 +86,14 @@ where
         if let Some(ramp) = &shared.ramp {
             ramp.tick();
         }
+        // What is resolved about the call here (for a fallback, for the call's span) the
+        // layers inside read instead of resolving it again; the retry resolves it first
+        // otherwise, and the breaker, limit and timeout read the retry's resolution.
+        let mut scope = Scope::new();
         let fallback = match &shared.fallback {
             None => None,
             Some(armed) => {
-                let route = shared.routes.resolve(&request);
+                let route = shared.routes.resolve_in(&request, &mut scope);
                 armed
                     .on_route
                     .get(route.index())
@@ -104,7 +109,8 @@ where
         // `policy_call`: `None` at once unless a subscriber wants DEBUG from
         // `fusebox::policy`. Entered while the layers take the call, so that their events
         // and the retry layer's attempt spans belong to it.
-        let span = CallSpan::start(shared, &request);
+        let span = CallSpan::start(shared, &request, &mut scope);
+        let _current = scope.enter();
         let inner = match &span {
             None => self.stack.call(request),
             Some(span) => {

@@ -32,6 +32,7 @@ use fusebox_breaker::compose::{EosRecorder, Guard};
 use fusebox_breaker::{BreakerStage, KeyedStage};
 #[cfg(doc)]
 use fusebox_classify::BoxError;
+use fusebox_classify::context::Scope;
 use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{ClassifiedBody, Classifier};
 use fusebox_limit::{Completion, LimitStage};
@@ -65,10 +66,10 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
     type End = EosRecorder<C, PolicyStore>;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>) -> Admit<Self::Admitted, NoWait> {
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
         match self {
-            BreakerStages::Single(b) => b.admit(request),
-            BreakerStages::Keyed(b) => b.admit(request),
+            BreakerStages::Single(b) => b.admit(request, scope),
+            BreakerStages::Keyed(b) => b.admit(request, scope),
         }
     }
 
@@ -76,6 +77,7 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
         &self,
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
+        _: &mut Scope,
         _: &mut Context<'_>,
     ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}
