@@ -41,7 +41,7 @@ STATE_COLORS = {
     "closed": "#73bf69", "open": "#f2495c", "half_open": "#fade2a",
     "forced_open": "#c4162a", "disabled": "#8e8e8e", "metrics_only": "#5794f2",
 }
-Series = tuple[str, list[float], list[float]]  # legend, unix times, values
+Series = tuple[str, str, list[float], list[float]]  # refId, legend, unix times, values
 
 
 def free_port() -> int:
@@ -168,7 +168,8 @@ def fetch_panels(url: str, dashboard: dict[str, Any], start: float, end: float,
             for r in result:
                 ts = [float(t) for t, _ in r["values"]]
                 vs = [float(v) for _, v in r["values"]]
-                series.append((legend(target.get("legendFormat", ""), r["metric"]), ts, vs))
+                series.append((target.get("refId", ""), legend(target.get("legendFormat", ""),
+                                                                r["metric"]), ts, vs))
         panels.append((panel, series))
     return panels
 
@@ -192,7 +193,7 @@ def to_dates(ts: list[float]) -> list[datetime]:
 def draw_state_timeline(ax: plt.Axes, series: list[Series], step: float) -> None:
     rows: dict[str, int] = {}
     seen: set[str] = set()
-    for name, ts, _ in series:
+    for _, name, ts, _ in series:
         dep, _, state = name.rpartition(" ")
         row = rows.setdefault(dep, len(rows))
         seen.add(state)
@@ -214,6 +215,40 @@ def legend_below(ax: plt.Axes, handles: list[Any], labels: list[str], ncol: int)
               columnspacing=1.0, borderaxespad=0.0)
 
 
+def overrides(panel: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The fieldConfig overrides matched by refId (byFrameRefID): refId -> {property: value}."""
+    out: dict[str, dict[str, Any]] = {}
+    for o in panel.get("fieldConfig", {}).get("overrides", []):
+        if o["matcher"]["id"] == "byFrameRefID":
+            props = out.setdefault(o["matcher"]["options"], {})
+            props.update({p["id"]: p["value"] for p in o["properties"]})
+    return out
+
+
+def draw_timeseries(ax: plt.Axes, panel: dict[str, Any], series: list[Series], ncol: int) -> None:
+    """Lines on the panel's unit; a refId overridden to the right axis gets its own axis."""
+    by_ref = overrides(panel)
+    right = None
+    handles = []
+    for ref, name, ts, vs in series:
+        props = by_ref.get(ref, {})
+        on = ax
+        if props.get("custom.axisPlacement") == "right":
+            if right is None:
+                right = ax.twinx()
+                right.tick_params(colors=TEXT, labelsize=7)
+                right.set_ylim(0, props.get("max"))
+                right.yaxis.set_major_formatter(unit_formatter(props.get("unit")))
+                right._get_lines = ax._get_lines  # one colour cycle for both axes
+            on = right
+        handles += on.plot(to_dates(ts), vs, linewidth=1.1,
+                           linestyle="--" if "threshold" in name else "-", label=name)
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_formatter(unit_formatter(panel.get("fieldConfig", {}).get("defaults", {})
+                                                .get("unit")))
+    legend_below(ax, handles, [h.get_label() for h in handles], ncol)
+
+
 def render(panels: list[tuple[dict[str, Any], list[Series]]], title: str, start: float,
            end: float, step: float, out: Path) -> None:
     unit_in, width_in = 0.34, 16.0  # a grid row's height and the figure's width, inches
@@ -228,6 +263,8 @@ def render(panels: list[tuple[dict[str, Any], list[Series]]], title: str, start:
         # The panel's cell, in inches from the top left, less its title, axis labels, legend.
         left = g["x"] / 24 * width_in + 0.75
         width = g["w"] / 24 * width_in - 0.95
+        if any(o.get("custom.axisPlacement") == "right" for o in overrides(panel).values()):
+            width -= 0.4  # the right axis's labels
         top = 0.3 + g["y"] * unit_in + 0.3
         height = g["h"] * unit_in - 0.3 - 0.35 - 0.13 * legend_rows
         ax = fig.add_axes((left / width_in, 1 - (top + height) / height_in,
@@ -247,13 +284,7 @@ def render(panels: list[tuple[dict[str, Any], list[Series]]], title: str, start:
         elif panel["type"] == "state-timeline":
             draw_state_timeline(ax, series, step)
         else:
-            for name, ts, vs in series:
-                ax.plot(to_dates(ts), vs, linewidth=1.1,
-                        linestyle="--" if "threshold" in name else "-", label=name)
-            ax.set_ylim(bottom=0)
-            unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
-            ax.yaxis.set_major_formatter(unit_formatter(unit))
-            legend_below(ax, *ax.get_legend_handles_labels(), ncol)
+            draw_timeseries(ax, panel, series, ncol)
     fig.savefig(out, dpi=80, facecolor=BG)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
 
