@@ -313,8 +313,10 @@ def main() -> None:
             start, end = args.render_only
         else:
             start, end = run_workload(args, data)
-            print(f"window {start:.0f}..{end:.0f}; render it again with: dashboards/render/render.py "
-                  f"--data {data} --render-only {start:.0f} {end:.0f}")
+            print(f"window {start:.0f}..{end:.0f}")
+            if args.data:
+                print(f"render it again with: dashboards/render/render.py --data {data} "
+                      f"--render-only {start:.0f} {end:.0f}")
         prom, url = start_prometheus(data, None, args.scrape)
         try:
             panels = fetch_panels(url, dashboard, start, end, args.step, args.rate_interval)
