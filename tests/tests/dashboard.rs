@@ -134,3 +134,45 @@ fn the_name_reader_finds_every_metric_and_only_metrics() {
     assert!(metric_names("label_values({__name__=~\"fusebox_.+\"}, dependency)").is_empty());
     assert!(!exported().contains("fusebox_breaker_rejected_total"));
 }
+
+/// The unit a target's series are shown in: an override of its `refId`, else the panel's.
+fn unit_of(panel: &Value, ref_id: &str) -> Option<String> {
+    let field = &panel["fieldConfig"];
+    let overridden = field["overrides"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| o["matcher"]["id"] == "byFrameRefID" && o["matcher"]["options"] == ref_id)
+        .flat_map(|o| o["properties"].as_array().into_iter().flatten())
+        .find(|p| p["id"] == "unit")
+        .and_then(|p| p["value"].as_str());
+    overridden
+        .or(field["defaults"]["unit"].as_str())
+        .map(str::to_owned)
+}
+
+#[test]
+fn a_share_of_calls_is_drawn_as_a_percentage_not_in_the_panels_rate_unit() {
+    let dashboard = dashboard();
+    let mut shares = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            // A rate divided by a rate: a ratio, 0–1.
+            if expr.contains(")) / sum") {
+                shares += 1;
+                let ref_id = target["refId"].as_str().expect("a refId");
+                assert_eq!(
+                    unit_of(panel, ref_id).as_deref(),
+                    Some("percentunit"),
+                    "{}: {expr} is a share, shown in another unit",
+                    panel["title"]
+                );
+            }
+        }
+    }
+    assert!(
+        shares >= 1,
+        "no share of calls found: the check checks nothing"
+    );
+}

@@ -213,6 +213,8 @@ pub(crate) struct Lease {
 pub(crate) struct View {
     pub(crate) synced: bool,
     last_now_us: i64,
+    /// Redis's clock at the first answer this replica took in (`i64::MIN` before it).
+    first_now_us: i64,
     pub(crate) state: State,
     pub(crate) epoch: u64,
     pub(crate) open_until: Nanos,
@@ -324,6 +326,7 @@ impl Shared {
             view: Mutex::new(View {
                 synced: false,
                 last_now_us: i64::MIN,
+                first_now_us: i64::MIN,
                 state: State::Closed,
                 epoch: 0,
                 open_until: Nanos::ZERO,
@@ -962,6 +965,9 @@ impl Shared {
                 return; // older news than what the view holds
             }
             v.last_now_us = r.now_us;
+            if v.first_now_us == i64::MIN {
+                v.first_now_us = r.now_us;
+            }
             let remaining = |until_us: i64| micros(until_us.saturating_sub(r.now_us));
             // Redis's times on this replica's clock: `at` is when the answer was taken in,
             // at or after Redis answered, so each reading can only be late. Within one
@@ -987,11 +993,17 @@ impl Shared {
                     _ => None,
                 };
                 if let Some(from) = from {
+                    // A state Redis holds no entry time for (a new scope, or a CLOSED one
+                    // that expired while idle) counts from when this replica first heard
+                    // the fleet, as an in-memory breaker counts from when it was made.
+                    let since = if r.prev_entered_us > 0 {
+                        r.prev_entered_us
+                    } else {
+                        v.first_now_us
+                    };
                     let mut t = Transition::new(from, r.state, r.reason, r.epoch)
                         .with_window(r.window)
-                        .with_time_in_previous(micros(
-                            r.entered_us.saturating_sub(r.prev_entered_us),
-                        ))
+                        .with_time_in_previous(micros(r.entered_us.saturating_sub(since)))
                         .with_at(at);
                     if r.state == State::Open {
                         t = t.with_open_wait(micros(r.open_for_us), micros(r.jitter_us));

@@ -130,6 +130,39 @@ fn the_fleet_state_decides_once_heard_and_each_transition_is_reported_once() {
     assert_eq!(transitions(&mut rx), []);
 }
 
+/// Each reported transition's `time_in_previous`.
+fn times_in_previous(rx: &mut broadcast::Receiver<BreakerEvent>) -> Vec<Duration> {
+    let mut out = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        if let EventKind::Transition(t) = e.kind {
+            out.push(t.time_in_previous);
+        }
+    }
+    out
+}
+
+#[test]
+fn time_in_a_state_redis_has_no_entry_time_for_counts_from_the_first_answer() {
+    let (store, mut rx) = make(config(|b| b));
+    let s = shared(&store);
+    // A new scope: no state record, so no entry time for its CLOSED state.
+    s.apply_now(&reply(State::Closed, 3, NOW));
+    let mut opened = open(4, NOW + 10_000_000, Duration::from_secs(30));
+    opened.entered_us = NOW + 10_000_000;
+    s.apply_now(&opened);
+    assert_eq!(
+        times_in_previous(&mut rx),
+        [Duration::from_secs(10)],
+        "closed from the first answer to the opening, not since the Unix epoch"
+    );
+    // A state Redis recorded the entry of counts from it.
+    let mut half_open = reply(State::HalfOpen, 4, NOW + 40_000_000);
+    half_open.entered_us = NOW + 40_000_000;
+    half_open.prev_entered_us = NOW + 10_000_000;
+    s.apply_now(&half_open);
+    assert_eq!(times_in_previous(&mut rx), [Duration::from_secs(30)]);
+}
+
 #[test]
 fn a_result_from_an_old_epoch_is_discarded() {
     let (store, _) = make(config(|b| b.batched(Duration::from_millis(5))));
