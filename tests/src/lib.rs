@@ -23,6 +23,7 @@ use tokio::sync::watch;
 
 pub mod alloc;
 pub mod capture;
+pub mod dependency;
 pub mod redis_server;
 
 /// gRPC-Web bodies for the tests that serve them.

@@ -10,65 +10,15 @@ use fusebox::breaker::{State, WindowConfig};
 use fusebox::config::PolicyFile;
 use fusebox::error::{CircuitOpen, Elapsed};
 use fusebox::reload::Effect;
-use fusebox::retry::ReplayBody;
 use fusebox::{CircuitBreakerConfig, KeyBy, Policy, Registry};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
 
-const HEALTHY: u32 = 0;
-const FAILING: u32 = 1;
-const SLOW: u32 = 2;
-
-/// A dependency whose behaviour `mode` sets, counting the calls that reach it.
-#[derive(Clone, Default)]
-struct Dependency {
-    mode: Arc<AtomicU32>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Dependency {
-    fn set(&self, mode: u32) {
-        self.mode.store(mode, Ordering::SeqCst);
-    }
-
-    fn service(
-        &self,
-    ) -> impl Service<
-        Request<ReplayBody<Empty<Bytes>>>,
-        Response = Response<Empty<Bytes>>,
-        Error = std::convert::Infallible,
-        Future = impl Send,
-    > + Clone
-    + Send
-    + 'static {
-        let dep = self.clone();
-        tower::service_fn(move |_req: Request<ReplayBody<Empty<Bytes>>>| {
-            let dep = dep.clone();
-            async move {
-                dep.calls.fetch_add(1, Ordering::SeqCst);
-                let status = match dep.mode.load(Ordering::SeqCst) {
-                    FAILING => StatusCode::SERVICE_UNAVAILABLE,
-                    SLOW => {
-                        tokio::time::sleep(Duration::from_millis(1500)).await;
-                        StatusCode::OK
-                    }
-                    _ => {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        StatusCode::OK
-                    }
-                };
-                Ok(Response::builder()
-                    .status(status)
-                    .body(Empty::new())
-                    .expect("a response"))
-            }
-        })
-    }
-}
+use fusebox_tests::dependency::{Dependency, FAILING, HEALTHY, SLOW};
 
 fn policy(threshold: u32, open_wait: u64, timeout_ms: u64, limit: usize) -> Policy {
     Policy::builder("dep")
@@ -187,7 +137,7 @@ async fn a_reload_under_load_fails_no_call_keeps_an_open_breaker_and_applies_to_
     // A reload while open, under load: the breaker stays open, in the same generation, with
     // the same wait, and every call is rejected by it — none by the reload.
     dep.set(HEALTHY);
-    let reached = dep.calls.load(Ordering::SeqCst);
+    let reached = dep.calls();
     let seen = Arc::new(Seen::default());
     let callers = load(svc.clone(), 4, 20, Arc::clone(&seen));
     tokio::time::sleep(Duration::from_millis(30)).await;
@@ -200,11 +150,7 @@ async fn a_reload_under_load_fails_no_call_keeps_an_open_breaker_and_applies_to_
     join(callers).await;
     assert_eq!(seen.other.load(Ordering::SeqCst), 0);
     assert_eq!(seen.rejected_open.load(Ordering::SeqCst), 80);
-    assert_eq!(
-        dep.calls.load(Ordering::SeqCst),
-        reached,
-        "nothing reached the dependency"
-    );
+    assert_eq!(dep.calls(), reached, "nothing reached the dependency");
     let still = breaker.snapshot();
     assert_eq!(still.state, State::Open);
     assert_eq!(still.generation, open.generation);

@@ -7,69 +7,15 @@ use bytes::Bytes;
 use fusebox::error::Overloaded;
 use fusebox::limit::{AimdConfig, VegasConfig};
 use fusebox::reload::Effect;
-use fusebox::retry::ReplayBody;
 use fusebox::{ConcurrencyLimitConfig, Policy, RetryConfig};
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tower::{Layer, Service, ServiceExt};
 
-const HEALTHY: u32 = 0;
-const FAILING: u32 = 1;
-const SLOW: u32 = 2;
-
-/// A dependency whose behaviour `mode` sets, counting the calls that reach it.
-#[derive(Clone, Default)]
-struct Dependency {
-    mode: Arc<AtomicU32>,
-    calls: Arc<AtomicUsize>,
-}
-
-impl Dependency {
-    fn set(&self, mode: u32) {
-        self.mode.store(mode, Ordering::SeqCst);
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn service(
-        &self,
-    ) -> impl Service<
-        Request<ReplayBody<Empty<Bytes>>>,
-        Response = Response<Empty<Bytes>>,
-        Error = std::convert::Infallible,
-        Future = impl Send,
-    > + Clone
-    + Send
-    + 'static {
-        let dep = self.clone();
-        tower::service_fn(move |_req: Request<ReplayBody<Empty<Bytes>>>| {
-            let dep = dep.clone();
-            async move {
-                dep.calls.fetch_add(1, Ordering::SeqCst);
-                let status = match dep.mode.load(Ordering::SeqCst) {
-                    FAILING => StatusCode::SERVICE_UNAVAILABLE,
-                    SLOW => {
-                        tokio::time::sleep(Duration::from_millis(1500)).await;
-                        StatusCode::OK
-                    }
-                    _ => {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        StatusCode::OK
-                    }
-                };
-                Ok(Response::builder()
-                    .status(status)
-                    .body(Empty::new())
-                    .expect("a response"))
-            }
-        })
-    }
-}
+use fusebox_tests::dependency::{Dependency, FAILING, HEALTHY, SLOW};
 
 fn request() -> Request<Empty<Bytes>> {
     Request::get("http://dep.example/")
