@@ -4,14 +4,14 @@
 
 use crate::config::CircuitBreakerConfig;
 use crate::events::{CallKind, EventSink};
-use crate::judge::{Judged, error_verdict};
+use crate::judge::{Judged, counting_overloaded, error_verdict};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::{Reconfigure, Store};
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, NoWait};
 use fusebox_classify::{
     Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
-    StreamEnd, Verdict,
+    SharedVerdict, StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
@@ -39,6 +39,8 @@ pub(crate) struct Breaker<C, St> {
     slow_after: Box<[Option<Duration>]>,
     /// Used since the last eviction sweep (keyed breakers).
     pub(crate) touched: AtomicBool,
+    /// Whether its stage leaves each answer's verdict in the response's extensions.
+    pub(crate) expose: bool,
 }
 
 /// The slow-call threshold of a route that has none, when calls are timed for the
@@ -88,7 +90,15 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             needs_end_time,
             slow_after,
             touched: AtomicBool::new(true),
+            expose: false,
         }
+    }
+
+    /// The same breaker, leaving each answer's verdict in the response's extensions if
+    /// `expose`.
+    pub(crate) fn exposing(mut self, expose: bool) -> Self {
+        self.expose = expose;
+        self
     }
 
     /// Admits a call or says why not, the call's guard holding the breaker itself (keyed
@@ -387,12 +397,41 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         self.breaker.classify_error(&self.call(), error)
     }
 
-    fn classify_eos(&self, trailers: Option<&HeaderMap>) -> Verdict {
+    /// [`classify_response`](Self::classify_response), asking `shared` first.
+    #[inline]
+    fn classify_response_shared(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        shared: &SharedVerdict,
+    ) -> Option<Verdict> {
+        let classified = shared.classify(&self.breaker.table, self.route(), |c| {
+            c.classify_response(&self.call(), status, headers)
+        });
+        match classified {
+            Classified::Ready(v) => Some(v),
+            Classified::AtEndOfStream => None,
+        }
+    }
+
+    /// [`classify_error`](Self::classify_error), asking `shared` first for the
+    /// classifier's verdict (`count_overloaded` is the breaker's own, applied after).
+    fn classify_error_shared(
+        &self,
+        error: &(dyn Error + 'static),
+        shared: &SharedVerdict,
+    ) -> Verdict {
         let b = &self.breaker;
-        b.table
-            .route(self.route())
-            .classifier()
-            .classify_eos(&self.call(), trailers)
+        let verdict = shared.verdict(&b.table, self.route(), |c| {
+            c.classify_error(&self.call(), error)
+        });
+        counting_overloaded(verdict, error, b.count_overloaded.load(Ordering::Relaxed))
+    }
+
+    fn classify_eos_shared(&self, trailers: Option<&HeaderMap>, shared: &SharedVerdict) -> Verdict {
+        shared.verdict(&self.breaker.table, self.route(), |c| {
+            c.classify_eos(&self.call(), trailers)
+        })
     }
 
     /// Records `verdict` (slowness measured now).
@@ -444,18 +483,34 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     pub(crate) fn answer(
         slot: &mut Option<Self>,
         answer: Answer<'_>,
+        shared: &SharedVerdict,
     ) -> Option<EosRecorder<C, St, M>> {
         let guard = slot.as_mut()?;
-        match answer {
-            Answer::Head { status, headers } => match guard.classify_response(status, headers) {
-                Some(verdict) => guard.finish_in_place(verdict),
-                None => return slot.take().map(Guard::at_end_of_stream),
-            },
-            Answer::Done => guard.finish_outcome(Outcome::Success),
-            Answer::Error(error) => {
-                let verdict = guard.classify_error(error);
-                guard.finish_in_place(verdict);
+        let at_end = match answer {
+            Answer::Head { status, headers } => {
+                match guard.classify_response_shared(status, headers, shared) {
+                    Some(verdict) => {
+                        guard.finish_in_place(verdict);
+                        false
+                    }
+                    None => true,
+                }
             }
+            Answer::Done => {
+                guard.finish_outcome(Outcome::Success);
+                false
+            }
+            Answer::Error(error) => {
+                let verdict = guard.classify_error_shared(error, shared);
+                guard.finish_in_place(verdict);
+                false
+            }
+        };
+        if guard.breaker.expose {
+            shared.expose(&guard.breaker.table);
+        }
+        if at_end {
+            return slot.take().map(Guard::at_end_of_stream);
         }
         None
     }
@@ -488,10 +543,14 @@ impl<C: Classifier, St: Store, M: Facts> fmt::Debug for EosRecorder<C, St, M> {
 }
 
 impl<C: Classifier, St: Store, M: Facts> OnEndOfStream for EosRecorder<C, St, M> {
-    fn on_end(mut self, end: StreamEnd<'_>) {
+    fn on_end(self, end: StreamEnd<'_>) {
+        self.on_end_shared(end, &SharedVerdict::new());
+    }
+
+    fn on_end_shared(mut self, end: StreamEnd<'_>, shared: &SharedVerdict) {
         let verdict = match end {
-            StreamEnd::Trailers(trailers) => self.guard.classify_eos(trailers),
-            StreamEnd::Error(error) => self.guard.classify_error(error),
+            StreamEnd::Trailers(trailers) => self.guard.classify_eos_shared(trailers, shared),
+            StreamEnd::Error(error) => self.guard.classify_error_shared(error, shared),
             StreamEnd::Dropped => return, // the guard's drop releases the permit
         };
         let end = self.guard.breaker.needs_end_time.then(Instant::now);

@@ -105,7 +105,21 @@ pub fn error_verdict<C: Classifier>(
     error: &(dyn Error + 'static),
     count_overloaded: bool,
 ) -> Verdict {
-    let verdict = classifier.classify_error(call, error);
+    counting_overloaded(
+        classifier.classify_error(call, error),
+        error,
+        count_overloaded,
+    )
+}
+
+/// `verdict`, the classifier's on `error`, as a breaker with `count_overloaded` takes it:
+/// an ignored shed call is a failure when the breaker counts them.
+#[inline]
+pub(crate) fn counting_overloaded(
+    verdict: Verdict,
+    error: &(dyn Error + 'static),
+    count_overloaded: bool,
+) -> Verdict {
     if count_overloaded
         && verdict.outcome() == Outcome::Ignored
         && ErrorKind::of(error).is_overloaded()

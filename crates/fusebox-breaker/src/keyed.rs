@@ -15,7 +15,7 @@ use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
 use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
-use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable};
+use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable, SharedVerdict};
 use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
 use http_body::Body;
 use smol_str::{SmolStr, StrExt};
@@ -311,6 +311,8 @@ pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
     hasher: RandomState,
     per_shard: usize,
     idle: Duration,
+    /// Whether every key's breaker leaves its verdicts in the responses' extensions.
+    expose: bool,
 }
 
 /// How many lookups between two checks of the sweep timer.
@@ -342,7 +344,15 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             hasher: RandomState::new(),
             per_shard,
             idle,
+            expose: false,
         }
+    }
+
+    /// The same, its keys' breakers leaving their verdicts in the responses' extensions if
+    /// `expose`.
+    pub(crate) fn exposing(mut self, expose: bool) -> Self {
+        self.expose = expose;
+        self
     }
 
     fn shard(&self, key: &F::Key) -> MutexGuard<'_, Shard<F::Key, C, M::Store>> {
@@ -411,15 +421,18 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             clock: self.clock,
             events: events.clone(),
         });
-        Arc::new(Breaker::new(
-            self.table.clone(),
-            store,
-            self.clock,
-            Arc::clone(&config.name),
-            Some(name),
-            events,
-            config.count_overloaded,
-        ))
+        Arc::new(
+            Breaker::new(
+                self.table.clone(),
+                store,
+                self.clock,
+                Arc::clone(&config.name),
+                Some(name),
+                events,
+                config.count_overloaded,
+            )
+            .exposing(self.expose),
+        )
     }
 
     fn config(&self) -> Arc<CircuitBreakerConfig> {
@@ -614,8 +627,12 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
-        Guard::answer(admitted.get_mut(), answer)
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
+        Guard::answer(admitted.get_mut(), answer, verdict)
     }
 }
 

@@ -54,6 +54,7 @@ impl CircuitBreakerLayer {
             listeners: Vec::new(),
             max_keys: 10_000,
             idle_timeout: Duration::from_secs(600),
+            expose: false,
         }
     }
 }
@@ -89,6 +90,7 @@ pub struct CircuitBreakerLayerBuilder<C = StandardClassifier, M = InMemory> {
     listeners: Vec<Listener>,
     max_keys: usize,
     idle_timeout: Duration,
+    expose: bool,
 }
 
 impl<C, M: fmt::Debug> fmt::Debug for CircuitBreakerLayerBuilder<C, M> {
@@ -116,6 +118,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             listeners: self.listeners,
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
+            expose: self.expose,
         }
     }
 
@@ -128,6 +131,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             listeners: self.listeners,
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
+            expose: self.expose,
         }
     }
 
@@ -144,6 +148,17 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
     /// ([`KeyedBreakerHandle::OVERFLOW_KEY`](crate::KeyedBreakerHandle::OVERFLOW_KEY)).
     pub fn max_keys(mut self, max: usize) -> Self {
         self.max_keys = max;
+        self
+    }
+
+    /// Leaves each answer's verdict in its response's extensions, as a
+    /// [`fusebox_classify::AnswerVerdict`] (default `false`): read it with
+    /// `response.extensions().get::<AnswerVerdict>()`. It costs an allocation per response
+    /// (the extensions' map and the value), which is why it is off unless asked for; the
+    /// verdict is the one the breaker judged by, classified once for every stage of the
+    /// call. An error has no extensions: its verdict is not exposed.
+    pub fn expose_verdict(mut self, expose: bool) -> Self {
+        self.expose = expose;
         self
     }
 
@@ -174,15 +189,18 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             events: events.clone(),
         });
         CircuitBreakerLayer {
-            breaker: Arc::new(Leases::new(Arc::new(Breaker::new(
-                self.table,
-                store,
-                clock,
-                Arc::clone(&config.name),
-                None,
-                events,
-                config.count_overloaded,
-            )))),
+            breaker: Arc::new(Leases::new(Arc::new(
+                Breaker::new(
+                    self.table,
+                    store,
+                    clock,
+                    Arc::clone(&config.name),
+                    None,
+                    events,
+                    config.count_overloaded,
+                )
+                .exposing(self.expose),
+            ))),
         }
     }
 
@@ -212,7 +230,8 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
                 events,
                 self.max_keys,
                 self.idle_timeout,
-            ),
+            )
+            .exposing(self.expose),
         )))
     }
 }

@@ -24,7 +24,7 @@ use crate::breaker::{BreakerHandle, EosRecorder, Guard, Leases, PlainCall, lease
 use crate::store::{MemoryStore, Store};
 use fusebox_classify::context::Scope;
 use fusebox_classify::stage::{Admit, Answer, NoWait, Opaque, Stage, Staged, StagedFuture};
-use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+use fusebox_classify::{BoxError, Classifier, SharedVerdict, StandardClassifier};
 use std::fmt;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -162,8 +162,12 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
-        Guard::answer(admitted.get_mut(), answer)
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
+        Guard::answer(admitted.get_mut(), answer, verdict)
     }
 }
 

@@ -6,7 +6,7 @@ use crate::store::{MemoryStore, Store};
 use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged};
-use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+use fusebox_classify::{BoxError, Classifier, SharedVerdict, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
 use std::fmt;
@@ -93,8 +93,12 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
-        Guard::answer(admitted.get_mut(), answer)
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
+        Guard::answer(admitted.get_mut(), answer, verdict)
     }
 }
 

@@ -18,6 +18,7 @@
 
 use crate::error::BoxError;
 use crate::grpc_web::{self, Encoding, TrailerScanner};
+use crate::verdict::SharedVerdict;
 use bytes::Buf;
 use http::{HeaderMap, Response};
 use http_body::{Body, Frame, SizeHint};
@@ -44,18 +45,31 @@ pub enum StreamEnd<'a> {
 pub trait OnEndOfStream: Send + 'static {
     /// The stream ended as `end` says.
     fn on_end(self, end: StreamEnd<'_>);
+
+    /// The stream ended as `end` says, and `verdict` is the end's verdict shared with the
+    /// other callbacks told the same end (a pair tells both with one): a callback that
+    /// classifies the end asks it ([`SharedVerdict::classify`]), so that the trailers are
+    /// classified once however many callbacks wait for them. The default is
+    /// [`on_end`](Self::on_end), which classifies on its own.
+    #[inline]
+    fn on_end_shared(self, end: StreamEnd<'_>, verdict: &SharedVerdict)
+    where
+        Self: Sized,
+    {
+        let _ = verdict;
+        self.on_end(end);
+    }
 }
 
-/// Two callbacks in one: `A` is told first, then `B`.
+/// Two callbacks in one: `A` is told first, then `B`, sharing one verdict on the end.
 impl<A: OnEndOfStream, B: OnEndOfStream> OnEndOfStream for (A, B) {
     fn on_end(self, end: StreamEnd<'_>) {
-        let second = match &end {
-            StreamEnd::Trailers(t) => StreamEnd::Trailers(*t),
-            StreamEnd::Error(e) => StreamEnd::Error(*e),
-            StreamEnd::Dropped => StreamEnd::Dropped,
-        };
-        self.0.on_end(end);
-        self.1.on_end(second);
+        self.on_end_shared(end, &SharedVerdict::new());
+    }
+
+    fn on_end_shared(self, end: StreamEnd<'_>, verdict: &SharedVerdict) {
+        self.0.on_end_shared(end, verdict);
+        self.1.on_end_shared(end, verdict);
     }
 }
 

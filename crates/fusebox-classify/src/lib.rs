@@ -76,6 +76,7 @@ pub mod stage;
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
 pub mod tower_http;
+pub mod verdict;
 
 pub use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
 pub use crate::call::{Call, IDEMPOTENCY_KEY, STANDARD_METHODS, is_idempotent, is_safe_to_repeat};
@@ -92,6 +93,7 @@ pub use crate::route::{CallMeta, Inherited, Route, RouteId, RouteTable, RouteTab
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
 pub use crate::tower_http::TowerHttpClassifier;
+pub use crate::verdict::{AnswerVerdict, Judgement, SharedVerdict};
 
 // The README is the crate's page on crates.io: its example runs as a doctest.
 #[cfg(doctest)]

@@ -452,6 +452,13 @@ impl<C: Classifier> RouteTable<C> {
         )
     }
 
+    /// The table's address, which names it among the tables alive
+    /// ([`Judgement`](crate::Judgement)).
+    #[inline]
+    pub(crate) fn address(&self) -> usize {
+        Arc::as_ptr(&self.table) as *const () as usize
+    }
+
     /// Every route: id, name, settings; the default first.
     pub fn iter(&self) -> impl Iterator<Item = (RouteId, &str, &Route<C>)> {
         self.table

@@ -14,6 +14,12 @@
 //! concurrency limit and timeout layers are each [`Staged`] over their own stage, and
 //! fusebox's `Policy` is the retry around [`Staged`] over the three of them.
 //!
+//! Every stage told an answer is lent the same [`SharedVerdict`]: the stages that judge it
+//! (a breaker, an adaptive limit) ask it rather than their classifier, so that the answer
+//! is classified once however many stages judge it ([`verdict`](crate::verdict)); once
+//! done, the runner's future keeps that verdict ([`StagedFuture::judgement`]) for what sits
+//! around it (the `Policy`'s retry and call span).
+//!
 //! How the answer is read and handed on depends on what the inner service answers
 //! ([`Reply`]): an HTTP response is judged by its head and comes back with its body wrapped
 //! ([`Http`]); any other answer comes back untouched and only its `Ok` or `Err` is seen
@@ -26,7 +32,7 @@
 //! ```
 //! use fusebox_classify::context::Scope;
 //! use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged};
-//! use fusebox_classify::BoxError;
+//! use fusebox_classify::{BoxError, SharedVerdict};
 //! use http::{Request, Response};
 //! use std::pin::Pin;
 //! use std::sync::Arc;
@@ -60,7 +66,7 @@
 //!         match *waiting.get_mut() {}
 //!     }
 //!
-//!     fn on_answer(_: Pin<&mut ()>, _: Answer<'_>) -> Option<NoEnd> {
+//!     fn on_answer(_: Pin<&mut ()>, _: Answer<'_>, _: &SharedVerdict) -> Option<NoEnd> {
 //!         None
 //!     }
 //! }
@@ -81,6 +87,7 @@
 use crate::BoxError;
 use crate::body::{ClassifiedBody, OnEndOfStream, StreamEnd};
 use crate::context::Scope;
+use crate::verdict::{AnswerVerdict, Judgement, SharedVerdict};
 use http::{HeaderMap, Response, StatusCode};
 use http_body::Body;
 use pin_project::pin_project;
@@ -169,7 +176,15 @@ pub trait Stage<Req> {
 
     /// The call's answer is in: record it, and return what the response body still owes
     /// the stage, if anything. Called at most once per admitted call.
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End>;
+    ///
+    /// `verdict` is the answer's verdict, shared by every stage told this answer: a stage
+    /// that judges the answer asks it ([`SharedVerdict::classify`]) rather than its
+    /// classifier, so that the answer is classified once however many stages judge it.
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End>;
 }
 
 /// What a waiting call needs from the service it was polled ready on: a call that waits
@@ -355,13 +370,17 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
         let both = admitted.project();
         let inner = match both.inner.as_pin_mut() {
-            Some(inner) => B::on_answer(inner, answer),
+            Some(inner) => B::on_answer(inner, answer, verdict),
             None => None,
         };
-        let outer = A::on_answer(both.outer, answer);
+        let outer = A::on_answer(both.outer, answer, verdict);
         if inner.is_none() && outer.is_none() {
             None
         } else {
@@ -409,8 +428,12 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
-        St::on_answer(admitted.as_pin_mut()?, answer)
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
+        St::on_answer(admitted.as_pin_mut()?, answer, verdict)
     }
 }
 
@@ -431,6 +454,13 @@ impl<E: OnEndOfStream> OnEndOfStream for Option<E> {
     fn on_end(self, end: StreamEnd<'_>) {
         if let Some(e) = self {
             e.on_end(end);
+        }
+    }
+
+    #[inline]
+    fn on_end_shared(self, end: StreamEnd<'_>, verdict: &SharedVerdict) {
+        if let Some(e) = self {
+            e.on_end_shared(end, verdict);
         }
     }
 }
@@ -464,8 +494,12 @@ impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
-        St::on_answer(admitted, answer)
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
+        St::on_answer(admitted, answer, verdict)
     }
 }
 
@@ -481,6 +515,14 @@ pub trait Reply<R> {
 
     /// The answer handed on, with what the stages still wait for at the end of its stream.
     fn wrap<E: OnEndOfStream>(response: R, end: Option<E>) -> Self::Output<E>;
+
+    /// Leaves `verdict` with the answer, for a stage that asked to expose it
+    /// ([`SharedVerdict::expose`]). The default drops it: an answer of no known type has
+    /// nowhere to keep it.
+    #[inline]
+    fn expose(response: &mut R, verdict: AnswerVerdict) {
+        let _ = (response, verdict);
+    }
 }
 
 /// HTTP answers: judged by their head, handed on with their body in a [`ClassifiedBody`]
@@ -505,6 +547,13 @@ impl<B: Body> Reply<Response<B>> for Http {
             Some(end) => ClassifiedBody::for_response(response, end),
             None => response.map(ClassifiedBody::passthrough),
         }
+    }
+
+    /// In the response's extensions (which allocates).
+    #[cold]
+    #[inline(never)]
+    fn expose(response: &mut Response<B>, verdict: AnswerVerdict) {
+        response.extensions_mut().insert(verdict);
     }
 }
 
@@ -702,6 +751,9 @@ where
     /// Refused before it was sent: the error, taken by the poll that returns it (and told
     /// to what the outer part of the stage had admitted, if anything).
     Refused { error: Option<BoxError> },
+    /// Answered: the inner call is gone, and what is left is the verdict the stages shared
+    /// on the answer (`None` if none of them judged it).
+    Done { judgement: Option<Judgement> },
 }
 
 /// A waiting call, with what it needs to be sent once admitted.
@@ -732,6 +784,44 @@ where
     }
 }
 
+impl<S, Req, St, P> StagedFuture<S, Req, St, P>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    /// Once the future is done: the verdict its stages shared on the answer, with the
+    /// classifier that gave it (`None` before, and when no stage judged the answer).
+    ///
+    /// What sits around the runner and judges the same answer with the same route table
+    /// (the `Policy`'s retry and call span) reads it here instead of classifying again.
+    #[inline]
+    pub fn judgement(&self) -> Option<Judgement> {
+        match self.phase {
+            Phase::Done { judgement } => judgement,
+            _ => None,
+        }
+    }
+}
+
+/// A future that, once done, can tell the verdict its stages gave its answer
+/// ([`StagedFuture::judgement`]).
+pub trait Judged {
+    /// The verdict on the answer the future completed with, if it is done and a stage
+    /// judged it.
+    fn judgement(&self) -> Option<Judgement>;
+}
+
+impl<S, Req, St, P> Judged for StagedFuture<S, Req, St, P>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    #[inline]
+    fn judgement(&self) -> Option<Judgement> {
+        StagedFuture::judgement(self)
+    }
+}
+
 impl<S, Req, St, P> fmt::Debug for StagedFuture<S, Req, St, P>
 where
     S: Service<Req>,
@@ -743,6 +833,7 @@ where
             Phase::Called { .. } => "called",
             Phase::Waiting { .. } => "waiting",
             Phase::Refused { .. } => "refused",
+            Phase::Done { .. } => "done",
         };
         f.debug_struct("StagedFuture")
             .field("phase", &phase)
@@ -770,7 +861,11 @@ where
                     // a response head is over a hundred bytes, and turning the inner
                     // `Result` into one with a `BoxError` first would copy it once more.
                     Poll::Ready(Ok(response)) => {
-                        return Poll::Ready(Ok(answered::<_, Req, St, P>(response, this.admitted)));
+                        return Poll::Ready(Ok(answered::<_, _, Req, St, P>(
+                            response,
+                            this.phase,
+                            this.admitted,
+                        )));
                     }
                     Poll::Ready(Err(error)) => error.into(),
                     // The call first: a ready answer wins over a due deadline, and a call
@@ -788,8 +883,9 @@ where
                     Some(error) => error,
                     None => panic!("fusebox StagedFuture polled after completion"),
                 },
+                PhaseProj::Done { .. } => panic!("fusebox StagedFuture polled after completion"),
             };
-            return Poll::Ready(Err(failed::<Req, St>(error, this.admitted)));
+            return Poll::Ready(Err(failed::<S, Req, St>(error, this.phase, this.admitted)));
         }
     }
 }
@@ -842,37 +938,56 @@ where
     Poll::Ready(())
 }
 
-/// Tells the stages the answer and hands it on with what they still wait for.
+/// Tells the stages the answer, keeps the verdict they shared (the phase becomes `Done`)
+/// and hands the answer on with what they still wait for.
 #[inline(always)]
-fn answered<R, Req, St, P>(
-    response: R,
+fn answered<S, R, Req, St, P>(
+    mut response: R,
+    mut phase: Pin<&mut Phase<S, Req, St>>,
     mut admitted: Pin<&mut Option<St::Admitted>>,
 ) -> P::Output<St::End>
 where
+    S: Service<Req>,
     St: Stage<Req>,
     P: Reply<R>,
 {
-    // `None`: polled again after completion; the answer passes on unrecorded.
+    let verdict = SharedVerdict::new();
     let end = match admitted.as_mut().as_pin_mut() {
-        Some(stages) => St::on_answer(stages, P::answer(&response)),
+        Some(stages) => St::on_answer(stages, P::answer(&response), &verdict),
         None => None,
     };
     admitted.set(None);
+    phase.set(Phase::Done {
+        judgement: verdict.judgement(),
+    });
+    if let Some(exposed) = verdict.take_exposed() {
+        P::expose(&mut response, exposed);
+    }
     P::wrap(response, end)
 }
 
 /// Tells the stages the call failed with `error` (the inner service's, a deadline's or a
-/// refusal), and hands the error on.
+/// refusal), keeps the verdict they shared (the phase becomes `Done`), and hands the
+/// error on.
 #[inline(never)]
-fn failed<Req, St>(error: BoxError, mut admitted: Pin<&mut Option<St::Admitted>>) -> BoxError
+fn failed<S, Req, St>(
+    error: BoxError,
+    mut phase: Pin<&mut Phase<S, Req, St>>,
+    mut admitted: Pin<&mut Option<St::Admitted>>,
+) -> BoxError
 where
+    S: Service<Req>,
     St: Stage<Req>,
 {
+    let verdict = SharedVerdict::new();
     let end = match admitted.as_mut().as_pin_mut() {
-        Some(stages) => St::on_answer(stages, Answer::Error(&*error)),
+        Some(stages) => St::on_answer(stages, Answer::Error(&*error), &verdict),
         None => None,
     };
     admitted.set(None);
+    phase.set(Phase::Done {
+        judgement: verdict.judgement(),
+    });
     if let Some(end) = end {
         end.on_end(StreamEnd::Dropped);
     }

@@ -10,7 +10,9 @@
 
 use crate::limiter::{Limiter, micros};
 use fusebox_classify::context::Scope;
-use fusebox_classify::{Call, Classifier, Nanos, RouteId, STANDARD_METHODS, Verdict};
+use fusebox_classify::{
+    Call, Classified, Classifier, Nanos, RouteId, STANDARD_METHODS, SharedVerdict, Verdict,
+};
 use http::{Method, Request};
 use std::sync::{Mutex, PoisonError};
 
@@ -99,6 +101,30 @@ impl CallInfo {
         };
         let call = Call::new(self.route, table.name(self.route), &method, self.idempotent);
         ask(classifier, &call)
+    }
+
+    /// Asks `shared` for the verdict of the route's classifier: the one another stage
+    /// asked for already with the same table and route, else `ask`'s.
+    #[inline]
+    pub(crate) fn classify_shared<C: Classifier>(
+        &self,
+        limiter: &Limiter<C>,
+        shared: &SharedVerdict,
+        ask: impl FnOnce(&C, &Call<'_>) -> Classified,
+    ) -> Classified {
+        shared.classify(&limiter.table, self.route, |_| self.classify(limiter, ask))
+    }
+
+    /// [`classify_shared`](Self::classify_shared) for an answer whose verdict is always
+    /// known (an error, the end of a stream).
+    #[inline]
+    pub(crate) fn verdict_shared<C: Classifier>(
+        &self,
+        limiter: &Limiter<C>,
+        shared: &SharedVerdict,
+        ask: impl FnOnce(&C, &Call<'_>) -> Verdict,
+    ) -> Verdict {
+        shared.verdict(&limiter.table, self.route, |_| self.classify(limiter, ask))
     }
 
     /// Feeds the verdict to the limiter's algorithm.

@@ -55,7 +55,7 @@ use crate::body::{Completion, Pending};
 use crate::config::Release;
 use crate::limiter::{Permit, Shed, Ticket};
 use fusebox_classify::error::Overloaded;
-use fusebox_classify::{Classified, Classifier};
+use fusebox_classify::{Classified, Classifier, SharedVerdict};
 use http::{HeaderMap, StatusCode};
 use pin_project::pin_project;
 use std::error::Error;
@@ -123,17 +123,24 @@ impl<C: Classifier> Admitted<C> {
         if self.is_plain() {
             return None;
         }
-        self.classify(status, headers)
+        self.classify(status, headers, &SharedVerdict::new())
     }
 
+    /// [`on_response`](Self::on_response) for a limit that is not plain, the verdict
+    /// asked of `shared` (the answer's, shared with the other stages that judge it).
     #[inline(never)]
-    fn classify(self, status: StatusCode, headers: &HeaderMap) -> Option<Completion<C>> {
+    pub(crate) fn classify(
+        self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        shared: &SharedVerdict,
+    ) -> Option<Completion<C>> {
         let Admitted { permit, call } = self;
         let hold = permit.limiter().release == Release::AtEndOfBody;
         let mut at_end = None;
         if let Some(call) = call {
             let limiter = permit.limiter();
-            let classified = call.classify(limiter, |c, call| {
+            let classified = call.classify_shared(limiter, shared, |c, call| {
                 c.classify_response(call, status, headers)
             });
             match classified {
@@ -157,9 +164,17 @@ impl<C: Classifier> Admitted<C> {
     #[cold]
     #[inline(never)]
     pub fn on_error(self, error: &(dyn Error + 'static)) {
+        self.on_error_shared(error, &SharedVerdict::new());
+    }
+
+    /// [`on_error`](Self::on_error), the verdict asked of `shared`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn on_error_shared(self, error: &(dyn Error + 'static), shared: &SharedVerdict) {
         if let Some(call) = self.call {
             let limiter = self.permit.limiter();
-            let verdict = call.classify(limiter, |c, call| c.classify_error(call, error));
+            let verdict =
+                call.verdict_shared(limiter, shared, |c, call| c.classify_error(call, error));
             call.record(limiter, verdict);
         }
     }

@@ -7,7 +7,7 @@
 
 use crate::adaptive::CallInfo;
 use crate::limiter::{Lane, Permit};
-use fusebox_classify::{ClassifiedBody, Classifier, OnEndOfStream, StreamEnd};
+use fusebox_classify::{ClassifiedBody, Classifier, OnEndOfStream, SharedVerdict, StreamEnd};
 use std::fmt;
 use std::sync::Arc;
 
@@ -61,6 +61,10 @@ impl<C> fmt::Debug for Completion<C> {
 
 impl<C: Classifier> OnEndOfStream for Completion<C> {
     fn on_end(self, end: StreamEnd<'_>) {
+        self.on_end_shared(end, &SharedVerdict::new());
+    }
+
+    fn on_end_shared(self, end: StreamEnd<'_>, shared: &SharedVerdict) {
         let Kind::Record(pending) = self.0 else {
             // Dropping the permit gives it back.
             return;
@@ -69,10 +73,10 @@ impl<C: Classifier> OnEndOfStream for Completion<C> {
         let limiter = lane.limiter();
         let verdict = match end {
             StreamEnd::Trailers(trailers) => {
-                Some(call.classify(limiter, |c, call| c.classify_eos(call, trailers)))
+                Some(call.verdict_shared(limiter, shared, |c, call| c.classify_eos(call, trailers)))
             }
             StreamEnd::Error(error) => {
-                Some(call.classify(limiter, |c, call| c.classify_error(call, error)))
+                Some(call.verdict_shared(limiter, shared, |c, call| c.classify_error(call, error)))
             }
             StreamEnd::Dropped => None,
         };

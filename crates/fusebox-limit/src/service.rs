@@ -11,7 +11,7 @@ use crate::partition::{Partitioner, Unpartitioned};
 use fusebox_classify::context::Scope;
 use fusebox_classify::shard::Leases;
 use fusebox_classify::stage::{Admit, Answer, Handoff, Http, NoWait, Stage, Staged};
-use fusebox_classify::{BoxError, Classifier, StandardClassifier};
+use fusebox_classify::{BoxError, Classifier, SharedVerdict, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
 use std::fmt;
@@ -147,15 +147,19 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
         let admitted = admitted.get_mut().take()?;
         match answer {
             // A plain permit goes back with the head.
             Answer::Head { .. } | Answer::Done if admitted.is_plain() => None,
-            Answer::Head { status, headers } => admitted.on_response(status, headers),
+            Answer::Head { status, headers } => admitted.classify(status, headers, verdict),
             Answer::Done => None,
             Answer::Error(error) => {
-                admitted.on_error(error);
+                admitted.on_error_shared(error, verdict);
                 None
             }
         }

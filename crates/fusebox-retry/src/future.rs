@@ -1,5 +1,6 @@
 //! The response future of [`Retry`](crate::Retry): buffers the body, sends attempts,
-//! classifies each answer, waits out backoffs and races a hedge.
+//! judges each answer (classifying it, or reading the verdict the stages under it gave:
+//! [`verdicts`](crate::verdicts)), waits out backoffs and races a hedge.
 //!
 //! A hand-written state machine (pin-projected, no `Box::pin`), so that the healthy path
 //! (one attempt, a good answer) allocates nothing and does no more than poll the inner
@@ -8,13 +9,17 @@
 use crate::error::{BodyExceedsSizeHint, BoxError, DeadlineExceeded, is_fusebox_rejection};
 use crate::replay::{Buffered, ReplayBody};
 use crate::service::{Bound, Shared, attempt_span, call_in};
+use crate::verdicts::{AttemptVerdicts, Classify};
 use fusebox_classify::shard::Lease;
-use fusebox_classify::{CallMeta, Classified, Classifier, Deadline, Outcome, RetryHint, Verdict};
+use fusebox_classify::{
+    CallMeta, Classified, Classifier, Deadline, Judgement, Outcome, RetryHint, Verdict,
+};
 use http::{Request, Response, request};
 use http_body::Body;
 use pin_project::pin_project;
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -92,9 +97,10 @@ enum Phase {
     Done,
 }
 
-/// The response future of [`Retry`](crate::Retry).
+/// The response future of [`Retry`](crate::Retry); `V` is where it takes each attempt's
+/// verdict from ([`verdicts`](crate::verdicts)).
 #[pin_project]
-pub struct ResponseFuture<S, C, B>
+pub struct ResponseFuture<S, C, B, V = Classify>
 where
     S: Service<Request<ReplayBody<B>>>,
     B: Body,
@@ -115,9 +121,10 @@ where
     meta: CallMeta,
     deadline: Option<Deadline>,
     replay: Option<Replay<S, B::Data>>,
+    verdicts: PhantomData<fn() -> V>,
 }
 
-impl<S, C, B> fmt::Debug for ResponseFuture<S, C, B>
+impl<S, C, B, V> fmt::Debug for ResponseFuture<S, C, B, V>
 where
     S: Service<Request<ReplayBody<B>>>,
     B: Body,
@@ -131,7 +138,7 @@ where
     }
 }
 
-impl<S, C, B> ResponseFuture<S, C, B>
+impl<S, C, B, V> ResponseFuture<S, C, B, V>
 where
     S: Service<Request<ReplayBody<B>>>,
     B: Body,
@@ -145,6 +152,25 @@ where
             (Some(replay), _) => replay.attempts,
             // Sent once, never repeated.
             (None, _) => 1,
+        }
+    }
+
+    /// Once the answer was handed on: the verdict the stages under the retry gave it (the
+    /// attempt whose answer it is), when the retry reads theirs
+    /// ([`FromStages`](crate::verdicts::FromStages)) and they judged it; `None` before,
+    /// and for an answer the retry made itself. Read by a caller that reports the call
+    /// when it finishes (the `Policy`'s span).
+    pub fn judgement(&self) -> Option<Judgement>
+    where
+        V: AttemptVerdicts<S::Future>,
+    {
+        if self.phase != Phase::Done {
+            return None;
+        }
+        match (&self.hedge, &self.primary) {
+            (Some(hedge), _) => V::judgement(&hedge.future),
+            (None, Some(primary)) => V::judgement(primary),
+            (None, None) => None,
         }
     }
 
@@ -168,6 +194,7 @@ where
             meta,
             deadline,
             replay: None,
+            verdicts: PhantomData,
         }
     }
 
@@ -204,6 +231,7 @@ where
                 attempts: 1,
                 hedge,
             }),
+            verdicts: PhantomData,
         }
     }
 
@@ -222,6 +250,7 @@ where
             meta,
             deadline: None,
             replay: None,
+            verdicts: PhantomData,
         }
     }
 
@@ -244,6 +273,7 @@ where
             meta,
             deadline,
             replay: Some(replay),
+            verdicts: PhantomData,
         }
     }
 }
@@ -306,6 +336,10 @@ enum Step {
 
 /// Classifies an attempt's result and decides. A success returns at once: that is the
 /// healthy path, and it records nothing (the request's deposit counted the attempt).
+///
+/// `judged` is the verdict the stages under the retry gave the answer, if they did: it is
+/// the classifier's when it is this table's for this route, and the answer is not
+/// classified again.
 #[inline]
 fn decide<C, S, D, ResB>(
     shared: &Shared<C>,
@@ -314,16 +348,24 @@ fn decide<C, S, D, ResB>(
     replay: Option<&Replay<S, D>>,
     other_in_flight: bool,
     result: &Result<Response<ResB>, BoxError>,
+    judged: Option<Judgement>,
 ) -> Step
 where
     C: Classifier,
 {
     let routes = &shared.routes;
-    let call = meta.call(routes);
-    let classifier = routes.route(meta.route()).classifier();
+    let known = judged.and_then(|j| j.of(routes, meta.route()));
+    let call = || meta.call(routes);
+    let classifier = || routes.route(meta.route()).classifier();
     let verdict = match result {
         Ok(response) => {
-            match classifier.classify_response(&call, response.status(), response.headers()) {
+            let classified = match known {
+                Some(classified) => classified,
+                None => {
+                    classifier().classify_response(&call(), response.status(), response.headers())
+                }
+            };
+            match classified {
                 Classified::Ready(verdict) => verdict,
                 // Decided by the trailers: the answer is streaming to the caller already,
                 // so it cannot be retried, and it is not counted by the cut-off.
@@ -331,7 +373,10 @@ where
             }
         }
         Err(error) => {
-            let verdict = classifier.classify_error(&call, &**error);
+            let verdict = match known {
+                Some(Classified::Ready(verdict)) => verdict,
+                _ => classifier().classify_error(&call(), &**error),
+            };
             if is_fusebox_rejection(&**error) {
                 verdict.with_retry(RetryHint::Never)
             } else {
@@ -380,11 +425,12 @@ fn after_failure<C, S, D>(
     }
 }
 
-impl<S, C, B, ResB> Future for ResponseFuture<S, C, B>
+impl<S, C, B, V, ResB> Future for ResponseFuture<S, C, B, V>
 where
     S: Service<Request<ReplayBody<B>>, Response = Response<ResB>> + Clone,
     S::Error: Into<BoxError>,
     C: Classifier,
+    V: AttemptVerdicts<S::Future>,
     B: Body,
     B::Data: Clone,
     B::Error: Into<BoxError>,
@@ -475,13 +521,16 @@ where
                 }
                 Phase::Running => {
                     // The primary attempt.
-                    if let Some(future) = this.primary.as_mut().as_pin_mut() {
+                    if let Some(mut future) = this.primary.as_mut().as_pin_mut() {
                         let polled = {
                             let _entered = this.primary_span.enter();
-                            future.poll(cx)
+                            future.as_mut().poll(cx)
                         };
                         if let Poll::Ready(result) = polled {
-                            this.primary.set(None);
+                            let judged = V::judgement(future.as_ref().get_ref());
+                            if !V::KEEPS_ANSWERED {
+                                this.primary.set(None);
+                            }
                             let result = result.map_err(Into::into);
                             let step = decide(
                                 this.shared,
@@ -490,7 +539,11 @@ where
                                 this.replay.as_ref(),
                                 this.hedge.is_some(),
                                 &result,
+                                judged,
                             );
+                            if V::KEEPS_ANSWERED && !matches!(step, Step::Return) {
+                                this.primary.set(None);
+                            }
                             match step {
                                 Step::Return => {
                                     *this.phase = Phase::Done;
@@ -526,7 +579,7 @@ where
                     if let Some(hedge) = this.hedge.as_mut() {
                         let polled = hedge.as_mut().poll(cx);
                         if let Poll::Ready(result) = polled {
-                            *this.hedge = None;
+                            let judged = V::judgement(&hedge.future);
                             let result = result.map_err(Into::into);
                             let step = decide(
                                 this.shared,
@@ -535,7 +588,11 @@ where
                                 this.replay.as_ref(),
                                 this.primary.is_some(),
                                 &result,
+                                judged,
                             );
+                            if !(V::KEEPS_ANSWERED && matches!(step, Step::Return)) {
+                                *this.hedge = None;
+                            }
                             match step {
                                 Step::Return => {
                                     *this.phase = Phase::Done;

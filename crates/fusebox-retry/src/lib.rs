@@ -131,6 +131,7 @@ mod service;
 pub mod telemetry;
 #[cfg(test)]
 mod tests;
+pub mod verdicts;
 
 pub use crate::backoff::{Backoff, SystemWallClock, WallClock};
 pub use crate::budget::{BudgetSnapshot, RetryBudget};

@@ -7,6 +7,7 @@ use crate::error::BoxError;
 use crate::future::{Replay, ResponseFuture};
 use crate::replay::{Buffered, ReplayBody};
 use crate::telemetry;
+use crate::verdicts::{AttemptVerdicts, Classify};
 use arc_swap::ArcSwap;
 use fusebox_classify::context::Scope;
 use fusebox_classify::series::{Series, SeriesBuilder};
@@ -19,6 +20,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
@@ -305,8 +307,13 @@ pub(crate) fn call_in<S: Service<R>, R>(
 /// Retries requests to `S` within a shared budget; see the [crate docs](crate).
 ///
 /// Built by [`RetryBudgetLayer`](crate::RetryBudgetLayer). Clones share the layer's budget.
-pub struct Retry<S, C = fusebox_classify::StandardClassifier> {
+///
+/// `V` says where each attempt's verdict comes from: the retry's own classifier
+/// ([`Classify`], the default), or the stages under it ([`FromStages`](crate::verdicts::FromStages):
+/// see [`with_verdicts`](Retry::with_verdicts)).
+pub struct Retry<S, C = fusebox_classify::StandardClassifier, V = Classify> {
     inner: S,
+    verdicts: PhantomData<fn() -> V>,
     /// The layer's state.
     shared: Arc<Shared<C>>,
     /// This service's spare, leased per thread: every call's future holds one (see
@@ -321,8 +328,24 @@ impl<S, C> Retry<S, C> {
     pub(crate) fn new(inner: S, shared: Arc<Shared<C>>) -> Self {
         Retry {
             inner,
+            verdicts: PhantomData,
             shared,
             bound: OnceLock::new(),
+        }
+    }
+}
+
+impl<S, C, V> Retry<S, C, V> {
+    /// The same service, taking each attempt's verdict from `V2`
+    /// ([`AttemptVerdicts`](crate::verdicts::AttemptVerdicts)): with
+    /// [`FromStages`](crate::verdicts::FromStages) around fusebox's stage runner, the
+    /// verdict its stages gave the answer, so that the answer is not classified again.
+    pub fn with_verdicts<V2>(self) -> Retry<S, C, V2> {
+        Retry {
+            inner: self.inner,
+            verdicts: PhantomData,
+            shared: self.shared,
+            bound: self.bound,
         }
     }
 
@@ -364,19 +387,20 @@ fn leases<'a, S, C>(
     bound.get_or_init(|| Arc::new(Leases::new(Arc::new(Bound::new(Arc::clone(shared))))))
 }
 
-impl<S: Clone, C> Clone for Retry<S, C> {
+impl<S: Clone, C, V> Clone for Retry<S, C, V> {
     /// A clone shares this service's leases and spare (making them, if no call has yet).
     fn clone(&self) -> Self {
         let bound = Arc::clone(leases(&self.bound, &self.shared));
         Retry {
             inner: self.inner.clone(),
+            verdicts: PhantomData,
             shared: Arc::clone(&self.shared),
             bound: OnceLock::from(bound),
         }
     }
 }
 
-impl<S: fmt::Debug, C> fmt::Debug for Retry<S, C> {
+impl<S: fmt::Debug, C, V> fmt::Debug for Retry<S, C, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Retry")
             .field("inner", &self.inner)
@@ -386,18 +410,19 @@ impl<S: fmt::Debug, C> fmt::Debug for Retry<S, C> {
     }
 }
 
-impl<S, C, B, ResB> Service<Request<B>> for Retry<S, C>
+impl<S, C, V, B, ResB> Service<Request<B>> for Retry<S, C, V>
 where
     S: Service<Request<ReplayBody<B>>, Response = Response<ResB>> + Clone,
     S::Error: Into<BoxError>,
     C: Classifier,
+    V: AttemptVerdicts<S::Future>,
     B: Body,
     B::Data: Clone,
     B::Error: Into<BoxError>,
 {
     type Response = Response<ResB>;
     type Error = BoxError;
-    type Future = ResponseFuture<S, C, B>;
+    type Future = ResponseFuture<S, C, B, V>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(Into::into)

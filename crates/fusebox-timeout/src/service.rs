@@ -11,7 +11,7 @@ use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
 use fusebox_classify::shard::{Lease, Leases};
 use fusebox_classify::stage::{Admit, Answer, NoEnd, NoWait, Opaque, Stage, Staged};
-use fusebox_classify::{BoxError, Classifier, Deadline, RouteId, RouteTable};
+use fusebox_classify::{BoxError, Classifier, Deadline, RouteId, RouteTable, SharedVerdict};
 use http::{HeaderMap, Request, Response};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -170,7 +170,11 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Timed>, answer: Answer<'_>) -> Option<NoEnd> {
+    fn on_answer(
+        admitted: Pin<&mut Timed>,
+        answer: Answer<'_>,
+        _: &SharedVerdict,
+    ) -> Option<NoEnd> {
         // A call this timeout ended was counted when its time ran out.
         if !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>()) {
             crate::telemetry::completed(admitted.bound().route());

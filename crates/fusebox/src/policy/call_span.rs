@@ -25,7 +25,7 @@ use crate::policy::Shared;
 use crate::policy::key::BreakerKey;
 use fusebox_breaker::{KeyFn, RequestHead};
 use fusebox_classify::context::Scope;
-use fusebox_classify::{CallMeta, Classified, Classifier, ErrorKind, Outcome};
+use fusebox_classify::{CallMeta, Classified, Classifier, ErrorKind, Judgement, Outcome};
 use http::{HeaderMap, Request, StatusCode};
 use std::error::Error;
 use std::sync::Arc;
@@ -113,20 +113,33 @@ impl<C: Classifier> CallSpan<C> {
     }
 
     /// Records how the call ended (the span closes when this is dropped, right after).
+    /// `judged` is the verdict the stages gave the answer, read instead of classifying it
+    /// again when it is the policy's table's for the call's route.
     #[cold]
     #[inline(never)]
-    pub(crate) fn finish(&self, attempts: u32, answer: Answer<'_>, fallback: bool) {
+    pub(crate) fn finish(
+        &self,
+        attempts: u32,
+        answer: Answer<'_>,
+        fallback: bool,
+        judged: Option<Judgement>,
+    ) {
         let span = &self.span;
         // As `i64`: OpenTelemetry's bridge keeps `i64`s as integer attributes (and would
         // write a `u64` as text).
         span.record("attempts", i64::from(attempts));
         let routes = &self.shared.routes;
+        let known = judged.and_then(|j| j.of(routes, self.meta.route()));
         let call = self.meta.call(routes);
         let classifier = routes.route(self.meta.route()).classifier();
         match answer {
             Answer::Response(status, headers) => {
                 span.record("status", i64::from(status.as_u16()));
-                let outcome = match classifier.classify_response(&call, status, headers) {
+                let classified = match known {
+                    Some(classified) => classified,
+                    None => classifier.classify_response(&call, status, headers),
+                };
+                let outcome = match classified {
                     Classified::Ready(verdict) => outcome_label(verdict.outcome()),
                     // gRPC: decided by the trailers, after the response head (and the span).
                     Classified::AtEndOfStream => "trailers",
@@ -141,7 +154,10 @@ impl<C: Classifier> CallSpan<C> {
                         span.record("rejection", rejection);
                     }
                     None => {
-                        let verdict = classifier.classify_error(&call, error);
+                        let verdict = match known {
+                            Some(Classified::Ready(verdict)) => verdict,
+                            _ => classifier.classify_error(&call, error),
+                        };
                         span.record("outcome", outcome_label(verdict.outcome()));
                         span.record("error", error_label(&kind));
                     }

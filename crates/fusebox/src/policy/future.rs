@@ -4,8 +4,10 @@ use crate::policy::Shared;
 use crate::policy::body::{PolicyBody, StackBody};
 use crate::policy::call_span::{Answer, CallSpan};
 use crate::policy::stack::{Stack, StageFuture};
-use fusebox_classify::{BoxError, Classifier, RouteId};
+use fusebox_classify::stage::Judged;
+use fusebox_classify::{AnswerVerdict, BoxError, Call, Classifier, Judgement, RouteId};
 use fusebox_retry::ReplayBody;
+use fusebox_retry::verdicts::FromStages;
 use http::{Method, Request, Response};
 use http_body::Body;
 use pin_project::pin_project;
@@ -16,31 +18,86 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tower_service::Service;
 
-/// A call on a route whose fallback applies: what the fallback needs if the call fails.
+/// A call on a route whose fallback applies, or of a policy that exposes its verdicts:
+/// what the fallback needs if the call fails, and what the verdict left in the response
+/// names. (One field of the future for both: they are rare, and the healthy call's future
+/// stays the size it was.)
 pub(crate) struct FallbackCall<C> {
     pub(crate) shared: Arc<Shared<C>>,
     pub(crate) route: RouteId,
     pub(crate) method: Method,
+    /// Whether the route's rejections go to the fallback.
+    pub(crate) fallback: bool,
+    /// Whether the answer's verdict is left in the response's extensions.
+    pub(crate) expose: bool,
 }
 
-/// How many attempts the policy's outermost stage sent: the retry layer's count, or one
-/// when the policy has no retry budget. Implemented by that stage's future, for the call's
-/// span (public only because [`ResponseFuture`]'s `Future` impl names it).
+impl<C: Classifier> FallbackCall<C> {
+    /// Leaves the verdict on `response` in its extensions: the stages' (`judged`), or, when
+    /// no stage judged it with the policy's table and the call's route, the route's
+    /// classifier's.
+    #[cold]
+    #[inline(never)]
+    fn expose<B>(&self, response: &mut Response<B>, judged: Option<Judgement>) {
+        let routes = &self.shared.routes;
+        let classified = match judged.and_then(|j| j.of(routes, self.route)) {
+            Some(classified) => classified,
+            None => {
+                let route = routes.route(self.route);
+                // The request's headers are gone: its idempotency is the route's say, or
+                // its method's.
+                let idempotent = route
+                    .idempotent_override()
+                    .unwrap_or_else(|| self.method.is_idempotent());
+                let call = Call::new(
+                    self.route,
+                    routes.name(self.route),
+                    &self.method,
+                    idempotent,
+                );
+                route
+                    .classifier()
+                    .classify_response(&call, response.status(), response.headers())
+            }
+        };
+        let verdict = AnswerVerdict::new(self.route, routes.shared_name(self.route), classified);
+        response.extensions_mut().insert(verdict);
+    }
+}
+
+/// How many attempts the policy's outermost stage sent (the retry layer's count, or one
+/// when the policy has no retry budget), and the verdict the stages gave the answer it
+/// handed on. Implemented by that stage's future, for the call's span and the exposed
+/// verdict (public only because [`ResponseFuture`]'s `Future` impl names it).
 pub trait Attempts {
     /// The attempts sent so far.
     fn attempts(&self) -> u32;
+
+    /// Once done: the verdict the stages gave the answer handed on, if they judged it.
+    fn judgement(&self) -> Option<Judgement>;
 }
 
-impl<S, C, B, Off> Attempts for StageFuture<fusebox_retry::future::ResponseFuture<S, C, B>, Off>
+impl<S, C, B, Off> Attempts
+    for StageFuture<fusebox_retry::future::ResponseFuture<S, C, B, FromStages>, Off>
 where
     S: Service<Request<ReplayBody<B>>>,
+    S::Future: Judged,
     B: Body,
+    Off: Judged,
 {
     #[inline]
     fn attempts(&self) -> u32 {
         match self {
             StageFuture::On(retry) => retry.attempts(),
             StageFuture::Off(_) => 1,
+        }
+    }
+
+    #[inline]
+    fn judgement(&self) -> Option<Judgement> {
+        match self {
+            StageFuture::On(retry) => retry.judgement(),
+            StageFuture::Off(passed) => passed.judgement(),
         }
     }
 }
@@ -107,17 +164,20 @@ where
             }
         };
         match ready!(polled) {
-            Ok(response) => {
+            Ok(mut response) => {
                 if let Some(span) = this.span.take() {
-                    let attempts = this.inner.as_ref().get_ref().attempts();
+                    let done = this.inner.as_ref().get_ref();
                     let answer = Answer::Response(response.status(), response.headers());
-                    span.finish(attempts, answer, false);
+                    span.finish(done.attempts(), answer, false, done.judgement());
+                }
+                if let Some(call) = this.fallback.as_ref().filter(|call| call.expose) {
+                    call.expose(&mut response, this.inner.as_ref().get_ref().judgement());
                 }
                 Poll::Ready(Ok(response.map(PolicyBody::inner)))
             }
             Err(error) => {
                 let mut served = None;
-                if let Some(call) = this.fallback.take() {
+                if let Some(call) = this.fallback.take().filter(|call| call.fallback) {
                     let shared = &call.shared;
                     if let Some(armed) = &shared.fallback {
                         // Inside the span: the fallback's own event belongs to the call.
@@ -131,8 +191,9 @@ where
                     }
                 }
                 if let Some(span) = this.span.take() {
-                    let attempts = this.inner.as_ref().get_ref().attempts();
-                    span.finish(attempts, Answer::Error(&*error), served.is_some());
+                    let done = this.inner.as_ref().get_ref();
+                    let answer = Answer::Error(&*error);
+                    span.finish(done.attempts(), answer, served.is_some(), done.judgement());
                 }
                 match served {
                     Some(response) => Poll::Ready(Ok(response.map(PolicyBody::fallback))),

@@ -212,6 +212,7 @@ pub struct PolicyBuilder<C = StandardClassifier> {
     /// Checking only (a policy file's validation): the store is checked, but the policy
     /// built keeps its breaker in memory, so that checking starts no Redis connection.
     check_only: bool,
+    expose_verdict: bool,
     max_keys: Option<usize>,
     idle_timeout: Option<Duration>,
     listeners: Vec<Listener>,
@@ -253,6 +254,7 @@ impl Policy {
             breaker_key: None,
             breaker_store: None,
             check_only: false,
+            expose_verdict: false,
             max_keys: None,
             idle_timeout: None,
             listeners: Vec::new(),
@@ -286,6 +288,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             breaker_key: self.breaker_key,
             breaker_store: self.breaker_store,
             check_only: self.check_only,
+            expose_verdict: self.expose_verdict,
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
             listeners: self.listeners,
@@ -407,6 +410,25 @@ impl<C: Classifier> PolicyBuilder<C> {
     #[cfg(any(feature = "toml", feature = "yaml"))]
     pub(crate) fn check_only(mut self) -> Self {
         self.check_only = true;
+        self
+    }
+
+    /// Leaves the verdict on each call's answer in its response's extensions, as a
+    /// [`fusebox_classify::AnswerVerdict`] (default `false`): read it with
+    /// `response.extensions().get::<AnswerVerdict>()`.
+    ///
+    /// It is the verdict of the call's route's classifier on the answer handed back (the
+    /// last attempt's, when the call was retried), the one the breaker, the limit and the
+    /// retry judged by: classified once for all of them, and read here without classifying
+    /// again. A gRPC answer whose status comes in the trailers carries
+    /// [`Classified::AtEndOfStream`](fusebox_classify::Classified::AtEndOfStream) (its
+    /// verdict is taken when the body ends, after the head is handed back); an error, and a
+    /// fallback's response, carry none.
+    ///
+    /// It costs an allocation per response (the extensions' map and the value), which is
+    /// why it is off unless asked for; off, the healthy call allocates nothing.
+    pub fn expose_verdict(mut self, expose: bool) -> Self {
+        self.expose_verdict = expose;
         self
     }
 
@@ -687,6 +709,7 @@ impl<C: Classifier> PolicyBuilder<C> {
                     routes,
                     key: span_key,
                     fallback,
+                    expose_verdict: self.expose_verdict,
                     ramp,
                     settings,
                     retry,
@@ -724,6 +747,8 @@ pub(crate) struct Shared<C> {
     /// The keyed breaker's key function (for the call's span).
     pub(crate) key: Option<KeyBy>,
     pub(crate) fallback: Option<Armed>,
+    /// Whether each answer's verdict is left in its response's extensions.
+    pub(crate) expose_verdict: bool,
     pub(crate) ramp: Option<Arc<Ramp>>,
     pub(crate) settings: Settings,
     pub(crate) retry: Option<RetryBudgetLayer<C>>,
@@ -940,7 +965,7 @@ impl<S, C: Classifier> Layer<S> for Policy<C> {
         let l = &*self.inner;
         let guarded = Staged::new(inner, Arc::clone(&l.parts));
         let retry = match &l.shared.retry {
-            Some(r) => Optional::On(r.layer(guarded)),
+            Some(r) => Optional::On(r.layer(guarded).with_verdicts()),
             None => Optional::Off(guarded),
         };
         PolicyService::new(retry, Arc::clone(&l.shared))

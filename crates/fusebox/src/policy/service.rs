@@ -90,21 +90,22 @@ where
         // layers inside read instead of resolving it again; the retry resolves it first
         // otherwise, and the breaker, limit and timeout read the retry's resolution.
         let mut scope = Scope::new();
-        let fallback = match &shared.fallback {
-            None => None,
-            Some(armed) => {
-                let route = shared.routes.resolve_in(&request, &mut scope);
-                armed
-                    .on_route
-                    .get(route.index())
-                    .copied()
-                    .unwrap_or(false)
-                    .then(|| FallbackCall {
-                        shared: Arc::clone(shared),
-                        route,
-                        method: request.method().clone(),
-                    })
-            }
+        let fallback = if shared.fallback.is_none() && !shared.expose_verdict {
+            None
+        } else {
+            let route = shared.routes.resolve_in(&request, &mut scope);
+            let fallback = shared
+                .fallback
+                .as_ref()
+                .is_some_and(|armed| armed.on_route.get(route.index()).copied().unwrap_or(false));
+            let expose = shared.expose_verdict;
+            (fallback || expose).then(|| FallbackCall {
+                shared: Arc::clone(shared),
+                route,
+                method: request.method().clone(),
+                fallback,
+                expose,
+            })
         };
         // `policy_call`: `None` at once unless a subscriber wants DEBUG from
         // `fusebox::policy`. Entered while the layers take the call, so that their events

@@ -18,7 +18,10 @@
 //! You rarely need these names: they are public so that [`Stack`], and with it
 //! [`PolicyService`](crate::PolicyService)'s future, can be named.
 
+use fusebox_classify::Judgement;
+use fusebox_classify::stage::Judged;
 use fusebox_classify::{BoxError, Classifier};
+use fusebox_retry::verdicts::FromStages;
 use fusebox_retry::{ReplayBody, Retry};
 use http::{Request, Response};
 use http_body::Body;
@@ -42,7 +45,10 @@ pub enum Optional<On, Off> {
 }
 
 /// The retry stage (outermost).
-pub type RetryStage<S, C> = Optional<Retry<S, C>, S>;
+///
+/// The retry reads each attempt's verdict from the stages under it
+/// ([`FromStages`]): the answer is classified once.
+pub type RetryStage<S, C> = Optional<Retry<S, C, FromStages>, S>;
 /// Every stage of a policy around `S`: retry → (circuit breaker → concurrency limit →
 /// timeout) → `S`.
 pub type Stack<S, C> = RetryStage<Guarded<S, C>, C>;
@@ -114,6 +120,14 @@ impl<F, P> Passed<F, P> {
     }
 }
 
+/// The verdict the stages under an off stage gave the answer, read through it.
+impl<F: Judged, P> Judged for Passed<F, P> {
+    #[inline]
+    fn judgement(&self) -> Option<Judgement> {
+        self.inner.judgement()
+    }
+}
+
 impl<F, P, B, E> Future for Passed<F, P>
 where
     F: Future<Output = Result<Response<B>, E>>,
@@ -134,9 +148,10 @@ where
 
 // === impl Optional<Retry> ===
 
-impl<S, C, B, RB> Service<Request<B>> for Optional<Retry<S, C>, S>
+impl<S, C, B, RB> Service<Request<B>> for Optional<Retry<S, C, FromStages>, S>
 where
     S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S::Future: Judged,
     S::Error: Into<BoxError>,
     C: Classifier,
     B: Body,
@@ -145,8 +160,10 @@ where
 {
     type Response = Response<RB>;
     type Error = BoxError;
-    type Future =
-        StageFuture<fusebox_retry::future::ResponseFuture<S, C, B>, Passed<S::Future, Same>>;
+    type Future = StageFuture<
+        fusebox_retry::future::ResponseFuture<S, C, B, FromStages>,
+        Passed<S::Future, Same>,
+    >;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {

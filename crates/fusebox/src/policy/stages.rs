@@ -16,8 +16,10 @@
 //! 3. the timeout bounds the call from the moment it is sent (after any wait in the
 //!    queue), or refuses it if the caller's deadline has passed;
 //! 4. the answer — response head or error — is told to the limit, then to the breaker, as
-//!    the stacked layers would see it; a verdict that waits for the trailers travels in
-//!    the one body wrapper, which tells both at the end of the stream.
+//!    the stacked layers would see it, and classified once for both (and for the retry
+//!    around them: [`SharedVerdict`]); a verdict that
+//!    waits for the trailers travels in the one body wrapper, which tells both at the end
+//!    of the stream, the trailers classified once.
 //!
 //! These are the same stages the layers run alone
 //! ([`CircuitBreaker`](crate::breaker::CircuitBreaker),
@@ -34,7 +36,7 @@ use fusebox_breaker::{BreakerStage, KeyedStage};
 use fusebox_classify::BoxError;
 use fusebox_classify::context::Scope;
 use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged, StagedFuture};
-use fusebox_classify::{ClassifiedBody, Classifier};
+use fusebox_classify::{ClassifiedBody, Classifier, SharedVerdict};
 use fusebox_limit::{Completion, LimitStage};
 use fusebox_timeout::TimeoutStage;
 use http::Request;
@@ -84,9 +86,13 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
     }
 
     #[inline(always)]
-    fn on_answer(admitted: Pin<&mut Self::Admitted>, answer: Answer<'_>) -> Option<Self::End> {
+    fn on_answer(
+        admitted: Pin<&mut Self::Admitted>,
+        answer: Answer<'_>,
+        verdict: &SharedVerdict,
+    ) -> Option<Self::End> {
         // Both kinds of breaker answer the same way.
-        <BreakerStage<C, PolicyStore> as Stage<Request<B>>>::on_answer(admitted, answer)
+        <BreakerStage<C, PolicyStore> as Stage<Request<B>>>::on_answer(admitted, answer, verdict)
     }
 }
 
