@@ -154,7 +154,13 @@
 //! (`WARN`, target `fusebox::redis`) and counts it. The connection reconnects by itself; the
 //! worker tries Redis every `retry_interval` and, when it answers, resynchronises: the
 //! fallback's window joins the fleet's, and the fleet's state decides again. Nothing
-//! panics, and no request waits.
+//! panics, and no request waits. Probe leases survive a fallback: a probe in flight reports
+//! on its lease, and leases this replica may hold without being able to use them — a claim,
+//! a probe's record or a release that got no answer — are given back as soon as Redis
+//! answers, so a moment's stall of one replica never holds the fleet's probe budget for
+//! `probe_lease`. The return is reported as a transition only when what the replica acted
+//! on changes: from the fallback breaker's state if it made transitions of its own (they
+//! were reported as it made them), otherwise from the state reported before the fallback.
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|

@@ -208,6 +208,24 @@ pub(crate) struct Lease {
     pub(crate) in_use: bool,
 }
 
+/// The lease a probe's record or a release is about.
+fn lease_of(op: &Op) -> Option<Lease> {
+    match op {
+        Op::Record {
+            epoch,
+            probe: Some(token),
+            ..
+        }
+        | Op::Release { epoch, token } => Some(Lease {
+            token: token.clone(),
+            epoch: *epoch,
+            claimed: Nanos::ZERO,
+            in_use: false,
+        }),
+        _ => None,
+    }
+}
+
 /// The fleet state as this replica last heard it.
 #[derive(Debug)]
 pub(crate) struct View {
@@ -226,6 +244,11 @@ pub(crate) struct View {
     /// The last (state, epoch) reported through the event sink.
     reported: Option<(State, u64)>,
     pub(crate) leases: Vec<Lease>,
+    /// Leases Redis may hold for this replica that it can no longer use: tokens of a claim
+    /// that got no answer, and leases whose record or release got none. Given back once
+    /// Redis answers again, so that they do not hold the fleet's probe budget until they
+    /// expire.
+    pub(crate) give_back: Vec<Lease>,
 }
 
 /// The jitter the next opening takes, and how many were drawn before it.
@@ -337,6 +360,7 @@ impl Shared {
                 would_open: false,
                 reported: None,
                 leases: Vec::new(),
+                give_back: Vec::new(),
             }),
             local: RwLock::new(None),
             instances: AtomicU64::new(0),
@@ -647,11 +671,16 @@ impl Shared {
                 failure,
                 slow,
             };
-            if let Some(reply) = me.call(&op).await {
-                if reply.applied {
-                    me.spec.events.probe(Some(!(failure || slow)));
+            match me.call(&op).await {
+                Some(reply) => {
+                    if reply.applied {
+                        me.spec.events.probe(Some(!(failure || slow)));
+                    }
+                    me.apply_now(&reply);
                 }
-                me.apply_now(&reply);
+                // Unknown whether Redis took it: give the lease back once it answers (a
+                // no-op if it did).
+                None => me.give_back(lease_of(&op)),
             }
         });
     }
@@ -680,13 +709,31 @@ impl Shared {
                 epoch: lease.epoch,
                 token: lease.token,
             };
-            if let Some(reply) = me.call(&op).await {
-                if reply.applied {
-                    me.spec.events.probe(None);
+            match me.call(&op).await {
+                Some(reply) => {
+                    if reply.applied {
+                        me.spec.events.probe(None);
+                    }
+                    me.apply_now(&reply);
                 }
-                me.apply_now(&reply);
+                None => me.give_back(lease_of(&op)),
             }
         });
+    }
+
+    /// Keeps `lease` to be given back once Redis answers again (`None`: nothing to keep).
+    pub(crate) fn give_back(&self, lease: Option<Lease>) {
+        if let Some(lease) = lease {
+            lock(&self.view).give_back.push(lease);
+        }
+    }
+
+    /// Gives back, in the background, the leases kept while Redis did not answer.
+    pub(crate) fn give_back_all(self: &Arc<Self>) {
+        let leases = std::mem::take(&mut lock(&self.view).give_back);
+        for lease in leases {
+            self.spawn_release(lease);
+        }
     }
 
     // === operators and snapshots ===
@@ -809,14 +856,17 @@ impl Shared {
         {
             // Under the view's lock, as `apply` writes the word: once the flag is down no
             // reply can put the view back in charge.
-            let mut v = lock(&self.view);
+            let v = lock(&self.view);
             let hold = match v.state {
                 State::Open if v.open_until > now => v.open_until.0,
                 State::ForcedOpen => u64::MAX,
                 _ => 0,
             };
             self.hold_until.store(hold, Ordering::Release);
-            v.leases.clear();
+            // The leases stay: they are still this replica's in Redis. A probe admitted on
+            // one reports on it while the fallback decides; the others are used or given
+            // back once Redis answers, if the fleet is still in that half-open period
+            // (otherwise the script has dropped them, and so does the next reply).
             self.word.store(pack(FALLBACK, v.epoch), Ordering::Release);
             self.clean.store(false, Ordering::Release);
         }
@@ -907,7 +957,10 @@ impl Shared {
         // What this replica did while it fell back: when the fleet decides otherwise, the
         // switch is reported as a transition.
         let acting = match self.fallback {
-            Fallback::Local => local_snapshot.map(|s| s.state),
+            // The fallback breaker's own transitions were reported as it made them; one
+            // that made none left the listeners with the state reported before the outage,
+            // which stays the one a change is reported from.
+            Fallback::Local => local_snapshot.filter(|s| s.generation > 0).map(|s| s.state),
             Fallback::FailOpen if !first => Some(State::Disabled),
             Fallback::FailClosed if !first => Some(State::ForcedOpen),
             _ => None,

@@ -109,6 +109,9 @@ async fn step(s: &Arc<Shared>, t: &mut Timers) {
         t.next_retry = now + cfg.retry_interval;
         if let Some(reply) = s.call(&Op::Sync).await {
             s.resync(reply).await;
+            if s.is_healthy() {
+                s.give_back_all();
+            }
             t.next_poll = Instant::now() + cfg.poll_interval;
             s.notify.notify_one(); // carry on with the rest at once
         }
@@ -256,8 +259,21 @@ async fn claim(s: &Arc<Shared>, t: &mut Timers) -> bool {
         tokens: tokens.clone(),
         lease: cfg.probe_lease,
     };
+    // The epoch the claim is made in: claiming moves OPEN to HALF_OPEN, which keeps it.
+    let epoch = s.view().epoch;
     let Some(reply) = s.call(&op).await else {
         s.demand.fetch_add(wanted, Ordering::Relaxed);
+        // Redis may have granted the claim without the answer arriving (a call past its
+        // time bound can still run): give the tokens back once it answers again, or they
+        // would hold the fleet's probe budget until the leases expire.
+        for token in tokens {
+            s.give_back(Some(Lease {
+                token,
+                epoch,
+                claimed: fusebox_classify::Nanos::ZERO,
+                in_use: false,
+            }));
+        }
         return false;
     };
     s.apply_now(&reply);

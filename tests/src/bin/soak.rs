@@ -466,6 +466,18 @@ struct Cell {
     other: u32,
 }
 
+/// The most unexpected transitions ([`Cell::other`]) kept to be named in the summary.
+const ODD_KEPT: usize = 16;
+
+/// One unexpected transition of a hot key, as the summary names it.
+#[derive(Debug, Clone, Copy)]
+struct Odd {
+    hot: usize,
+    from: State,
+    to: State,
+    at: Duration,
+}
+
 /// How often a hot key's breaker was evicted and made anew, by the state it was lost in.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Remade {
@@ -484,6 +496,8 @@ struct Tally {
     /// Per hot key: the highest generation seen and the state it entered.
     last: Vec<(u64, State)>,
     remade: Remade,
+    /// The first [`ODD_KEPT`] unexpected transitions (allocated up front).
+    odd: Vec<Odd>,
 }
 
 /// Counts transitions per hot key and per phase (plus one bucket for after the run), from
@@ -508,6 +522,7 @@ impl Cycles {
                 cells: vec![Cell::default(); (schedule.phases as usize + 1) * hot],
                 last: vec![(0, State::Closed); hot],
                 remade: Remade::default(),
+                odd: Vec::with_capacity(ODD_KEPT),
             }),
             churn_transitions: AtomicU64::new(0),
             totals: Default::default(),
@@ -552,7 +567,16 @@ impl Cycles {
             cells,
             last,
             remade,
+            odd,
         } = &mut *tally;
+        if kind == 4 && odd.len() < ODD_KEPT {
+            odd.push(Odd {
+                hot: h,
+                from,
+                to,
+                at: at.saturating_duration_since(self.schedule.start),
+            });
+        }
         // A breaker starts at generation 0 and each transition adds one, so each breaker
         // has exactly one transition of generation 1: a second one means the key's breaker
         // was evicted and made anew. (Events may arrive out of order, by one, when two
@@ -594,6 +618,14 @@ impl Cycles {
             .clone()
     }
 
+    fn odd(&self) -> Vec<Odd> {
+        self.cells
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .odd
+            .clone()
+    }
+
     fn remade(&self) -> Remade {
         self.cells
             .lock()
@@ -618,7 +650,7 @@ impl Cycles {
                 );
                 if c.other > 0 {
                     failures.push(format!(
-                        "{at}: {} transitions to or from an operator state",
+                        "{at}: {} transitions to or from an operator state, or skipping a state",
                         c.other
                     ));
                 }
@@ -1451,6 +1483,28 @@ impl Finished<'_> {
                 sum.closed,
             );
         }
+        let odd = cycles.odd();
+        if !odd.is_empty() {
+            let named: Vec<String> = odd
+                .iter()
+                .map(|o| {
+                    format!(
+                        "hot-{} {}->{} at {:.1}s (phase {})",
+                        o.hot,
+                        o.from.as_str(),
+                        o.to.as_str(),
+                        o.at.as_secs_f64(),
+                        o.at.as_nanos() / schedule.phase.as_nanos().max(1) + 1,
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  other transitions (the first {}): {}",
+                odd.len(),
+                named.join(", ")
+            );
+        }
         let remade = cycles.remade();
         let _ = writeln!(
             out,
@@ -1603,6 +1657,14 @@ async fn run(config: Config) -> Result<Outcome, String> {
     let mut summary = finished.summary();
     let failures = finished.failures();
     if let Some(url) = &redis_url {
+        if let Some(on) = policy.breaker_store().redis() {
+            let st = on.stats();
+            let _ = writeln!(
+                summary,
+                "redis store: {} script calls, {} errors, {} timeouts, {} returns from the fallback, {} pub/sub messages",
+                st.calls, st.errors, st.timeouts, st.resyncs, st.messages
+            );
+        }
         summary.push_str(&redis_summary(url).await);
     }
     drop(own_redis);
@@ -1794,6 +1856,32 @@ mod tests {
             phase: Duration::from_secs(5),
             phases: 5,
         }
+    }
+
+    #[test]
+    fn other_transitions_fail_and_the_first_are_kept_for_the_summary() {
+        let s = schedule();
+        let cycles = Cycles::new(s, 2);
+        let into = s.phase * 2 + Duration::from_secs(1);
+        for _ in 0..ODD_KEPT + 3 {
+            cycles.record_transition(
+                Some("hot-1"),
+                (State::Closed, State::HalfOpen, 7),
+                s.start + into,
+            );
+        }
+        let odd = cycles.odd();
+        assert_eq!(odd.len(), ODD_KEPT, "only the first are kept");
+        assert_eq!(
+            (odd[0].hot, odd[0].from, odd[0].to, odd[0].at),
+            (1, State::Closed, State::HalfOpen, into)
+        );
+        let failures = cycles.check();
+        assert!(
+            failures.iter().any(|f| f.starts_with("hot-1, phase 3/5")
+                && f.contains(&format!("{} transitions to or from", ODD_KEPT + 3))),
+            "{failures:?}"
+        );
     }
 
     #[test]
