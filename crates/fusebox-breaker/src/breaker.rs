@@ -5,6 +5,7 @@
 use crate::config::CircuitBreakerConfig;
 use crate::events::{CallKind, EventSink};
 use crate::judge::{Judged, counting_overloaded, error_verdict};
+use crate::spread::{KeyFailures, KeySpreadGate};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::{Reconfigure, Store};
 use fusebox_classify::error::CircuitOpen;
@@ -41,6 +42,22 @@ pub(crate) struct Breaker<C, St> {
     pub(crate) touched: AtomicBool,
     /// Whether its stage leaves each answer's verdict in the response's extensions.
     pub(crate) expose: bool,
+    /// A keyed breaker's key whose answers may name another key: the keyed breaker's map,
+    /// to find that key's breaker.
+    pub(crate) redirect: Option<Weak<dyn Redirect<C, St>>>,
+    /// A keyed breaker's key: where its failures are counted for the keys' spread.
+    failures: Option<KeyFailures>,
+    /// A dependency-wide breaker around keyed ones: whether a failure counts, from how
+    /// widely the keys fail.
+    gate: Option<KeySpreadGate>,
+}
+
+/// A keyed breaker's map as its keys' breakers see it: where an answer that names a key
+/// finds that key's breaker.
+pub(crate) trait Redirect<C, St>: Send + Sync {
+    /// The breaker of the key `headers` (an answer's headers or trailers) name, made if
+    /// need be; `None` if they name none.
+    fn named(&self, headers: &HeaderMap) -> Option<Arc<Breaker<C, St>>>;
 }
 
 /// The slow-call threshold of a route that has none, when calls are timed for the
@@ -91,7 +108,28 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             slow_after,
             touched: AtomicBool::new(true),
             expose: false,
+            redirect: None,
+            failures: None,
+            gate: None,
         }
+    }
+
+    /// The same breaker, one key of a keyed breaker: its failures are counted in
+    /// `failures`, and its answers may name another key, found through `redirect`.
+    pub(crate) fn keyed(
+        mut self,
+        failures: KeyFailures,
+        redirect: Option<Weak<dyn Redirect<C, St>>>,
+    ) -> Self {
+        self.failures = Some(failures);
+        self.redirect = redirect;
+        self
+    }
+
+    /// The same breaker, counting a failure only when `gate` says the keys fail widely.
+    pub(crate) fn gated(mut self, gate: Option<KeySpreadGate>) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// The same breaker, leaving each answer's verdict in the response's extensions if
@@ -208,9 +246,29 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         self.events.call(CallKind::Ignored);
     }
 
+    /// A failure, as the keys' spread has it: counted for this key's keyed breaker, and
+    /// ignored by a dependency-wide breaker while too few keys fail.
+    #[cold]
+    #[inline(never)]
+    fn failure(&self) -> Outcome {
+        if let Some(failures) = &self.failures {
+            failures.failed(self.clock.now());
+        }
+        match &self.gate {
+            Some(gate) if !gate.counts() => Outcome::Ignored,
+            _ => Outcome::Failure,
+        }
+    }
+
     /// Records one call's outcome under `permit`.
     #[inline(always)]
     fn record(&self, permit: Permit, outcome: Outcome, slow: bool, end: Option<Instant>) {
+        let outcome =
+            if outcome == Outcome::Failure && (self.failures.is_some() || self.gate.is_some()) {
+                self.failure()
+            } else {
+                outcome
+            };
         let store = &self.store;
         self.events.call(match outcome {
             Outcome::Failure => CallKind::Failed,
@@ -459,6 +517,35 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         self.breaker.record(self.permit, outcome, slow, end);
     }
 
+    /// Moves the call to the breaker of the key its answer names in `headers`, if it names
+    /// one other than the call's (keyed breakers whose key function takes keys from
+    /// answers): the call's own breaker gets its permit back without counting the call,
+    /// and the named key's breaker gives one, keeping the call's route and start. Returns
+    /// `false` when the named key's breaker refuses (it is open, or its probes are taken):
+    /// the call is then counted by neither, and the caller drops the guard.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn follow_answer(&mut self, headers: &HeaderMap) -> bool {
+        let Some(map) = self.breaker.redirect.as_ref().and_then(Weak::upgrade) else {
+            return true;
+        };
+        let Some(named) = map.named(headers) else {
+            return true;
+        };
+        if std::ptr::eq(&*named, &*self.breaker) {
+            return true;
+        }
+        match named.store.acquire() {
+            Ok(permit) => {
+                let from = std::mem::replace(&mut self.breaker, Owner::Breaker(named));
+                from.store
+                    .release(std::mem::replace(&mut self.permit, permit));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Hands the guard to the response body, measuring slowness now (time to headers).
     pub fn at_end_of_stream(self) -> EosRecorder<C, St, M> {
         let (slow, _) = self.breaker.measure(self.route(), self.slow_at);
@@ -548,6 +635,12 @@ impl<C: Classifier, St: Store, M: Facts> OnEndOfStream for EosRecorder<C, St, M>
     }
 
     fn on_end_shared(mut self, end: StreamEnd<'_>, shared: &SharedVerdict) {
+        if let StreamEnd::Trailers(Some(trailers)) = end
+            && self.guard.breaker.redirect.is_some()
+            && !self.guard.follow_answer(trailers)
+        {
+            return; // counted by neither breaker: the guard's drop releases the permit
+        }
         let verdict = match end {
             StreamEnd::Trailers(trailers) => self.guard.classify_eos_shared(trailers, shared),
             StreamEnd::Error(error) => self.guard.classify_error_shared(error, shared),

@@ -6,17 +6,18 @@
 //! on (a breaker that is not closed is never evicted to make room; a key in use is never
 //! forgotten as idle) belong with the public type.
 
-use crate::breaker::{Breaker, BreakerHandle, Control, EosRecorder, Guard};
+use crate::breaker::{Breaker, BreakerHandle, Control, EosRecorder, Guard, Redirect};
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::future::ResponseBody;
+use crate::spread::{KeySpread, KeySpreadGate, SpreadCounts, answer_key};
 use crate::state::{Command, State};
 use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
 use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable, SharedVerdict};
-use http::{Extensions, HeaderMap, Method, Request, Response, Uri};
+use http::{Extensions, HeaderMap, HeaderName, Method, Request, Response, Uri};
 use http_body::Body;
 use smol_str::{SmolStr, StrExt};
 use std::collections::HashMap;
@@ -25,7 +26,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower_layer::Layer;
@@ -151,6 +152,90 @@ pub trait KeyFn: Send + Sync + 'static {
     /// How the key is named in errors and events; called once, when the key's breaker is
     /// made.
     fn describe(&self, key: &Self::Key, head: &RequestHead<'_>) -> Arc<str>;
+
+    /// Whether answers may name the key they count against ([`answer_key`](Self::answer_key)).
+    /// `false` (the default): answers are never read for a key, at no cost.
+    const NAMES_FROM_ANSWERS: bool = false;
+
+    /// The key an answer's headers (or its gRPC trailers) name, with the name it is known
+    /// by in errors and events; `None` (the default) when they name none. Read only when
+    /// [`NAMES_FROM_ANSWERS`](Self::NAMES_FROM_ANSWERS) is `true`.
+    fn answer_key(&self, headers: &HeaderMap) -> Option<(Self::Key, Arc<str>)> {
+        let _ = headers;
+        None
+    }
+}
+
+/// A key function whose answers may name the key they count against: requests get their
+/// key from `inner`, and an answer that carries `header` (a response header, or a gRPC
+/// trailer for a verdict given at the end of the stream) counts against the key it names
+/// instead of the request's — the shard or partition a server reports as overloaded,
+/// say. That key's breaker opens, and calls for other keys pass.
+///
+/// The header's value is read by [`spread::answer_key`](crate::spread::answer_key): an
+/// absent, empty, over-long (more than 23 bytes) or non-ASCII value names no key, and the
+/// answer counts against the request's key as usual. An answer whose named key's breaker
+/// is open (or has no probe to spare) is counted by neither breaker.
+///
+/// ```
+/// use fusebox_breaker::{AnswerKeyed, CircuitBreakerConfig, CircuitBreakerLayer, RequestHead};
+/// use http::HeaderName;
+/// use smol_str::SmolStr;
+///
+/// // Requests are keyed by the shard they ask for; answers may name the shard at fault.
+/// let by_shard = |head: &RequestHead<'_>| -> SmolStr {
+///     head.headers()
+///         .get("x-shard")
+///         .and_then(|v| v.to_str().ok())
+///         .map(SmolStr::new)
+///         .unwrap_or_default()
+/// };
+/// let layer = CircuitBreakerLayer::builder(CircuitBreakerConfig::builder().build()?)
+///     .build_keyed(AnswerKeyed::new(by_shard, HeaderName::from_static("x-shard")))?;
+/// # let _ = layer;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct AnswerKeyed<F> {
+    inner: F,
+    header: HeaderName,
+}
+
+impl<F> AnswerKeyed<F> {
+    /// Keys from `inner`, or from the answer's `header` when it names one.
+    pub fn new(inner: F, header: HeaderName) -> Self {
+        AnswerKeyed { inner, header }
+    }
+
+    /// The header an answer names its key in.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+}
+
+impl<F> KeyFn for AnswerKeyed<F>
+where
+    F: KeyFn,
+    F::Key: From<SmolStr>,
+{
+    type Key = F::Key;
+
+    const NAMES_FROM_ANSWERS: bool = true;
+
+    #[inline]
+    fn key(&self, head: &RequestHead<'_>) -> F::Key {
+        self.inner.key(head)
+    }
+
+    fn describe(&self, key: &F::Key, head: &RequestHead<'_>) -> Arc<str> {
+        self.inner.describe(key, head)
+    }
+
+    fn answer_key(&self, headers: &HeaderMap) -> Option<(F::Key, Arc<str>)> {
+        let named = answer_key(headers, &self.header)?;
+        let name = Arc::from(named.as_str());
+        Some((F::Key::from(named), name))
+    }
 }
 
 impl<F, K> KeyFn for F
@@ -313,6 +398,10 @@ pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
     idle: Duration,
     /// Whether every key's breaker leaves its verdicts in the responses' extensions.
     expose: bool,
+    /// The keys held and those failing lately, for a dependency-wide breaker's gate.
+    spread: Arc<SpreadCounts>,
+    /// Itself, for its keys' breakers to find the key an answer names.
+    me: Weak<Self>,
 }
 
 /// How many lookups between two checks of the sweep timer.
@@ -345,7 +434,18 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             per_shard,
             idle,
             expose: false,
+            spread: SpreadCounts::new(idle, clock),
+            me: Weak::new(),
         }
+    }
+
+    /// Shares it: its keys' breakers reach it through a weak reference (to find the key an
+    /// answer names), which would make a cycle if it were strong.
+    pub(crate) fn into_shared(self) -> Arc<Self> {
+        Arc::new_cyclic(|me| KeyedShared {
+            me: me.clone(),
+            ..self
+        })
     }
 
     /// The same, its keys' breakers leaving their verdicts in the responses' extensions if
@@ -364,6 +464,16 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
 
     fn breaker_for(&self, head: &RequestHead<'_>) -> Entry<C, M::Store> {
         let key = self.key_fn.key(head);
+        self.breaker_of(key, |key| self.key_fn.describe(key, head))
+    }
+
+    /// The breaker of `key`, made (and named by `describe`) if the key is new.
+    #[inline]
+    fn breaker_of(
+        &self,
+        key: F::Key,
+        describe: impl FnOnce(&F::Key) -> Arc<str>,
+    ) -> Entry<C, M::Store> {
         let mut guard = self.shard(&key);
         let shard = &mut *guard;
         shard.lookups = shard.lookups.wrapping_add(1);
@@ -381,10 +491,13 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
         self.maybe_sweep(shard);
         // Half a shard of new keys: a key not used while they came is idle enough to go.
         let old_enough = (self.per_shard / 2).max(1) as u64;
-        if shard.map.len() >= self.per_shard && !shard.make_room(old_enough) {
-            return self.overflow(shard);
+        if shard.map.len() >= self.per_shard {
+            if !shard.make_room(old_enough) {
+                return self.overflow(shard);
+            }
+            self.spread.held_changed(0, 1);
         }
-        let breaker = self.make_breaker(self.key_fn.describe(&key, head));
+        let breaker = self.make_breaker(describe(&key));
         shard.tick += 1;
         shard.map.insert(
             key,
@@ -393,6 +506,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
                 used: shard.tick,
             },
         );
+        self.spread.held_changed(1, 0);
         breaker
     }
 
@@ -421,6 +535,12 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             clock: self.clock,
             events: events.clone(),
         });
+        let redirect = if F::NAMES_FROM_ANSWERS {
+            let me: Weak<dyn Redirect<C, M::Store>> = self.me.clone();
+            Some(me)
+        } else {
+            None
+        };
         Arc::new(
             Breaker::new(
                 self.table.clone(),
@@ -431,7 +551,8 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
                 events,
                 config.count_overloaded,
             )
-            .exposing(self.expose),
+            .exposing(self.expose)
+            .keyed(self.spread.for_key(), redirect),
         )
     }
 
@@ -446,7 +567,9 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             return;
         }
         shard.last_sweep = now;
+        let held = shard.map.len();
         shard.sweep_idle();
+        self.spread.held_changed(0, held - shard.map.len());
     }
 
     fn len(&self) -> usize {
@@ -454,6 +577,13 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             .iter()
             .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).map.len())
             .sum()
+    }
+}
+
+impl<F: KeyFn, C: Classifier, M: MakeStore> Redirect<C, M::Store> for KeyedShared<F, C, M> {
+    fn named(&self, headers: &HeaderMap) -> Option<Entry<C, M::Store>> {
+        let (key, name) = self.key_fn.answer_key(headers)?;
+        Some(self.breaker_of(key, |_| name))
     }
 }
 
@@ -632,7 +762,17 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
         answer: Answer<'_>,
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
-        Guard::answer(admitted.get_mut(), answer, verdict)
+        let slot = admitted.get_mut();
+        if F::NAMES_FROM_ANSWERS
+            && let Answer::Head { headers, .. } = answer
+            && let Some(guard) = slot
+            && !guard.follow_answer(headers)
+        {
+            // The named key's breaker refused: counted by neither.
+            *slot = None;
+            return None;
+        }
+        Guard::answer(slot, answer, verdict)
     }
 }
 
@@ -724,6 +864,7 @@ trait KeyedControl<K>: Send + Sync + 'static {
     fn command_all(&self, command: Command);
     fn overflow(&self) -> Vec<BreakerHandle>;
     fn events(&self) -> &EventSink;
+    fn spread(&self) -> &Arc<SpreadCounts>;
     fn config(&self) -> Arc<CircuitBreakerConfig>;
     fn reconfigure(&self, config: &Arc<CircuitBreakerConfig>) -> Result<(), Reconfigure>;
 }
@@ -784,6 +925,10 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedControl<F::Key> for KeyedShared
 
     fn events(&self) -> &EventSink {
         &self.events
+    }
+
+    fn spread(&self) -> &Arc<SpreadCounts> {
+        &self.spread
     }
 
     fn config(&self) -> Arc<CircuitBreakerConfig> {
@@ -888,6 +1033,14 @@ impl<K: 'static> KeyedBreakerHandle<K> {
     /// Every event of every key from now on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<crate::BreakerEvent> {
         self.keys.events().subscribe()
+    }
+
+    /// A gate for the dependency-wide breaker stacked around this keyed one
+    /// ([`CircuitBreakerLayerBuilder::key_spread`](crate::CircuitBreakerLayerBuilder::key_spread)):
+    /// it counts a failure only while `rule` finds the failures spread over enough of
+    /// these keys (see [`crate::spread`]).
+    pub fn spread_gate(&self, rule: KeySpread) -> KeySpreadGate {
+        KeySpreadGate::new(Arc::clone(self.keys.spread()), rule)
     }
 
     /// The settings new keys' breakers are made with (the keys held judge by their own:

@@ -6,6 +6,7 @@ use crate::events::{BreakerEvent, EventSink, Listener};
 use crate::keyed::{KeyFn, KeyedCircuitBreakerLayer, KeyedShared};
 use crate::plain::PlainCircuitBreakerLayer;
 use crate::service::CircuitBreaker;
+use crate::spread::KeySpreadGate;
 use crate::store::{InMemory, MakeStore, MemoryStore, Store, StoreSpec};
 use fusebox_classify::{Classifier, Clock, ConfigError, RouteTable, StandardClassifier, Validator};
 use std::fmt;
@@ -55,6 +56,7 @@ impl CircuitBreakerLayer {
             max_keys: 10_000,
             idle_timeout: Duration::from_secs(600),
             expose: false,
+            gate: None,
         }
     }
 }
@@ -91,6 +93,7 @@ pub struct CircuitBreakerLayerBuilder<C = StandardClassifier, M = InMemory> {
     max_keys: usize,
     idle_timeout: Duration,
     expose: bool,
+    gate: Option<KeySpreadGate>,
 }
 
 impl<C, M: fmt::Debug> fmt::Debug for CircuitBreakerLayerBuilder<C, M> {
@@ -119,6 +122,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
             expose: self.expose,
+            gate: self.gate,
         }
     }
 
@@ -132,6 +136,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
             expose: self.expose,
+            gate: self.gate,
         }
     }
 
@@ -159,6 +164,17 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
     /// call. An error has no extensions: its verdict is not exposed.
     pub fn expose_verdict(mut self, expose: bool) -> Self {
         self.expose = expose;
+        self
+    }
+
+    /// Counts a failure only while `gate` finds failures spread over enough keys of the
+    /// keyed breaker it came from
+    /// ([`KeyedBreakerHandle::spread_gate`](crate::KeyedBreakerHandle::spread_gate)): for a
+    /// dependency-wide breaker stacked around keyed ones, so that a few hot keys open
+    /// their own breakers and not this one (see [`crate::spread`]). A failure the gate
+    /// does not count is counted as ignored.
+    pub fn key_spread(mut self, gate: KeySpreadGate) -> Self {
+        self.gate = Some(gate);
         self
     }
 
@@ -199,7 +215,8 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
                     events,
                     config.count_overloaded,
                 )
-                .exposing(self.expose),
+                .exposing(self.expose)
+                .gated(self.gate),
             ))),
         }
     }
@@ -220,7 +237,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
         v.finish(())?;
         let config = Arc::new(self.config);
         let events = EventSink::new(Arc::clone(&config.name), self.listeners);
-        Ok(KeyedCircuitBreakerLayer::from_shared(Arc::new(
+        Ok(KeyedCircuitBreakerLayer::from_shared(
             KeyedShared::new(
                 key_fn,
                 self.table,
@@ -231,7 +248,8 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
                 self.max_keys,
                 self.idle_timeout,
             )
-            .exposing(self.expose),
-        )))
+            .exposing(self.expose)
+            .into_shared(),
+        ))
     }
 }

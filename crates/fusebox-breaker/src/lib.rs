@@ -87,6 +87,7 @@ pub mod plain;
 mod section;
 mod service;
 pub mod sim;
+pub mod spread;
 pub mod state;
 pub mod store;
 pub mod window;
@@ -108,8 +109,9 @@ pub use crate::config::{
 pub use crate::events::{BreakerEvent, EventKind};
 pub use crate::future::{ResponseBody, ResponseFuture};
 pub use crate::keyed::{
-    ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker, KeyedCircuitBreakerLayer,
-    KeyedResponseFuture, KeyedStage, RequestHead, WeakKeyedBreakerHandle, host_key, host_of,
+    AnswerKeyed, ByHost, ByRoute, KeyFn, KeyedBreakerHandle, KeyedCircuitBreaker,
+    KeyedCircuitBreakerLayer, KeyedResponseFuture, KeyedStage, RequestHead, WeakKeyedBreakerHandle,
+    host_key, host_of,
 };
 pub use crate::layer::{CircuitBreakerLayer, CircuitBreakerLayerBuilder};
 pub use crate::plain::{PlainCircuitBreaker, PlainCircuitBreakerLayer, PlainFuture, PlainStage};

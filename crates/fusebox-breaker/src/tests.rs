@@ -761,3 +761,292 @@ async fn ipv6_hosts_each_get_their_own_breaker() {
     );
     assert_eq!(handle.len(), 2, "one key per address: {:?}", handle.keys());
 }
+
+// === Partial failure: answers that name their key, the keys' spread ===
+
+/// A request for `shard` (in its `x-shard` header).
+fn for_shard(shard: &str) -> Request<()> {
+    Request::get("/").header("x-shard", shard).body(()).unwrap()
+}
+
+fn request_shard(head: &RequestHead<'_>) -> smol_str::SmolStr {
+    head.headers()
+        .get("x-shard")
+        .and_then(|v| v.to_str().ok())
+        .map(smol_str::SmolStr::new)
+        .unwrap_or_default()
+}
+
+fn by_shard() -> AnswerKeyed<fn(&RequestHead<'_>) -> smol_str::SmolStr> {
+    AnswerKeyed::new(
+        request_shard as fn(&RequestHead<'_>) -> smol_str::SmolStr,
+        http::HeaderName::from_static("x-shard"),
+    )
+}
+
+async fn call_shard<S>(svc: &mut S, shard: &str) -> Result<StatusCode, BoxError>
+where
+    S: Service<Request<()>, Error = BoxError>,
+    S::Response: HasStatus,
+{
+    let r = svc.ready().await?.call(for_shard(shard)).await?;
+    Ok(r.status_code())
+}
+
+/// A sharded dependency: requests for a shard in `hot` answer 503, and so do requests for
+/// a shard `forward` sends to a hot one; every failing answer names the hot shard at fault
+/// in `x-shard`, and the rest answer 200.
+#[derive(Clone)]
+struct Sharded {
+    hot: Arc<Mutex<Vec<String>>>,
+    forward: Arc<Vec<(&'static str, &'static str)>>,
+}
+
+impl Sharded {
+    fn new(hot: &[&str], forward: &[(&'static str, &'static str)]) -> Self {
+        Sharded {
+            hot: Arc::new(Mutex::new(hot.iter().map(|s| s.to_string()).collect())),
+            forward: Arc::new(forward.to_vec()),
+        }
+    }
+
+    fn set_hot(&self, hot: Vec<String>) {
+        *self.hot.lock().unwrap() = hot;
+    }
+}
+
+impl Service<Request<()>> for Sharded {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<()>) -> Self::Future {
+        let asked = request
+            .headers()
+            .get("x-shard")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let serving = self
+            .forward
+            .iter()
+            .find(|(from, _)| *from == asked)
+            .map_or(asked.clone(), |(_, to)| to.to_string());
+        let hot = self.hot.lock().unwrap().contains(&serving);
+        let response = if hot {
+            Response::builder()
+                .status(503)
+                .header("x-shard", serving)
+                .body(Empty::new())
+                .unwrap()
+        } else {
+            status(200)
+        };
+        std::future::ready(Ok(response))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_counts_against_the_key_it_names() {
+    // Requests for s1 are served by s7, which is hot: the answers name s7.
+    let dep = Sharded::new(&["s7"], &[("s1", "s7")]);
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer.layer(dep);
+    for _ in 0..4 {
+        assert_eq!(
+            call_shard(&mut svc, "s1").await.unwrap(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(call_shard(&mut svc, "s2").await.unwrap(), StatusCode::OK);
+    }
+    let s7 = handle
+        .get(&"s7".into())
+        .expect("the named key has a breaker");
+    assert_eq!(s7.state(), State::Open);
+    assert_eq!(s7.key(), Some("s7"));
+    // The request's key counted none of its calls: they were s7's.
+    let s1 = handle.get(&"s1".into()).unwrap();
+    assert_eq!(s1.state(), State::Closed);
+    assert_eq!(s1.snapshot().window.calls, 0);
+    assert_eq!(handle.get(&"s2".into()).unwrap().snapshot().window.calls, 4);
+    // Calls for the named key are refused; the other keys' calls pass.
+    let refused = call_shard(&mut svc, "s7").await.unwrap_err();
+    assert_eq!(
+        refused.downcast_ref::<CircuitOpen>().unwrap().key(),
+        Some("s7")
+    );
+    assert_eq!(call_shard(&mut svc, "s2").await.unwrap(), StatusCode::OK);
+    // An answer naming an open key is counted by neither breaker.
+    let opened_on = s7.snapshot().window;
+    assert_eq!(
+        call_shard(&mut svc, "s1").await.unwrap(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(handle.get(&"s1".into()).unwrap().snapshot().window.calls, 0);
+    assert_eq!(
+        s7.snapshot().window,
+        opened_on,
+        "the open breaker records nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_malformed_answer_key_counts_against_the_request_key() {
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer.layer(tower::service_fn(|r: Request<()>| async move {
+        let named: &[u8] = match r.headers()["x-shard"].as_bytes() {
+            b"empty" => b"",
+            b"long" => b"a-shard-name-longer-than-23-bytes",
+            _ => b"two words",
+        };
+        Ok::<_, Infallible>(
+            Response::builder()
+                .status(503)
+                .header("x-shard", HeaderValue::from_bytes(named).unwrap())
+                .body(Body::new())
+                .unwrap(),
+        )
+    }));
+    for key in ["empty", "long", "spaced"] {
+        call_shard(&mut svc, key).await.unwrap();
+        assert_eq!(
+            handle.get(&key.into()).unwrap().snapshot().window.failures,
+            1,
+            "{key}"
+        );
+    }
+    assert_eq!(handle.len(), 3, "no key was made from a malformed value");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_trailer_names_the_key() {
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let handle = layer.handle();
+    let mut svc = layer.layer(tower::service_fn(|_: Request<()>| async {
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", HeaderValue::from_static("14"));
+        trailers.insert("x-shard", HeaderValue::from_static("p9"));
+        let frames: Frames = vec![
+            Ok(http_body::Frame::data(Bytes::from_static(b"\0\0\0\0\0"))),
+            Ok(http_body::Frame::trailers(trailers)),
+        ];
+        Ok::<_, Infallible>(
+            Response::builder()
+                .header("content-type", "application/grpc")
+                .body(StreamBody::new(futures_util::stream::iter(frames)))
+                .unwrap(),
+        )
+    }));
+    for _ in 0..4 {
+        let response = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(for_shard("t1"))
+            .await
+            .unwrap();
+        response.into_body().collect().await.unwrap();
+    }
+    assert_eq!(handle.get(&"p9".into()).unwrap().state(), State::Open);
+    assert_eq!(handle.get(&"t1".into()).unwrap().snapshot().window.calls, 0);
+}
+
+/// A dependency-wide breaker that a tenth of failing keys would open: 5 % of 20 calls.
+fn dependency() -> CircuitBreakerConfigBuilder {
+    config()
+        .name("dependency")
+        .count_window(20)
+        .minimum_calls(20)
+        .failure_rate_threshold(5)
+}
+
+/// Calls each of `keys` shards once per round for `rounds` rounds; returns how many calls
+/// for a shard not in `hot` were refused.
+async fn rounds<S>(svc: &mut S, keys: &[String], hot: &[String], rounds: usize) -> usize
+where
+    S: Service<Request<()>, Error = BoxError>,
+    S::Response: HasStatus,
+{
+    let mut refused_healthy = 0;
+    for _ in 0..rounds {
+        for key in keys {
+            if call_shard(svc, key).await.is_err() && !hot.contains(key) {
+                refused_healthy += 1;
+            }
+        }
+    }
+    refused_healthy
+}
+
+#[tokio::test(start_paused = true)]
+async fn hot_shards_open_their_own_breakers_not_the_dependency() {
+    let keys: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
+    let hot: Vec<String> = keys[..2].to_vec();
+    let dep = Sharded::new(&[], &[]);
+    let keyed = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let keys_handle = keyed.handle();
+    let gated = CircuitBreakerLayer::builder(dependency().build().unwrap())
+        .key_spread(keys_handle.spread_gate(spread::KeySpread::default()))
+        .build()
+        .unwrap();
+    let dependency_handle = gated.handle();
+    let mut svc = gated.layer(keyed.layer(dep.clone()));
+    // Every key is seen healthy first: with fewer keys than `min_keys` held, the gate
+    // cannot tell a hot key from a dead dependency, and counts every failure.
+    assert_eq!(rounds(&mut svc, &keys, &[], 1).await, 0);
+    dep.set_hot(hot.clone());
+
+    // 10 % of the keys fail: only their breakers open, and no healthy key is refused.
+    assert_eq!(rounds(&mut svc, &keys, &hot, 10).await, 0);
+    for key in &keys {
+        let want = if hot.contains(key) {
+            State::Open
+        } else {
+            State::Closed
+        };
+        assert_eq!(
+            keys_handle.get(&key.as_str().into()).unwrap().state(),
+            want,
+            "{key}"
+        );
+    }
+    assert_eq!(dependency_handle.state(), State::Closed);
+    let gate = keys_handle.spread_gate(spread::KeySpread::default());
+    assert_eq!(gate.failing_and_held(), (2, 20));
+
+    // The same traffic without the gate: the dependency-wide breaker opens on the hot keys.
+    let keyed = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let plain = CircuitBreakerLayer::new(dependency().build().unwrap());
+    let plain_handle = plain.handle();
+    let mut ungated = plain.layer(keyed.layer(dep.clone()));
+    dep.set_hot(Vec::new());
+    rounds(&mut ungated, &keys, &[], 1).await;
+    dep.set_hot(hot.clone());
+    assert!(rounds(&mut ungated, &keys, &hot, 10).await > 0);
+    assert_eq!(plain_handle.state(), State::Open);
+
+    // Failures on 90 % of the keys are the dependency's: the gated breaker opens too.
+    let most: Vec<String> = keys[..18].to_vec();
+    dep.set_hot(most.clone());
+    rounds(&mut svc, &keys, &most, 3).await;
+    assert_eq!(dependency_handle.state(), State::Open);
+}
