@@ -517,13 +517,19 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         self.breaker.record(self.permit, outcome, slow, end);
     }
 
+    /// Whether the call's breaker is a key of a keyed breaker whose answers may name
+    /// another key.
+    #[inline(always)]
+    pub(crate) fn reads_answers(&self) -> bool {
+        self.breaker.redirect.is_some()
+    }
+
     /// Moves the call to the breaker of the key its answer names in `headers`, if it names
     /// one other than the call's (keyed breakers whose key function takes keys from
     /// answers): the call's own breaker gets its permit back without counting the call,
     /// and the named key's breaker gives one, keeping the call's route and start. Returns
     /// `false` when the named key's breaker refuses (it is open, or its probes are taken):
     /// the call is then counted by neither, and the caller drops the guard.
-    #[cold]
     #[inline(never)]
     pub(crate) fn follow_answer(&mut self, headers: &HeaderMap) -> bool {
         let Some(map) = self.breaker.redirect.as_ref().and_then(Weak::upgrade) else {
@@ -565,7 +571,9 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     /// The breaker stage's answer: records the call's verdict (a response head judged by
     /// its route's classifier, a plain `Ok` a success, an error judged as the breaker
     /// judges errors), or hands the guard to the response body when the verdict is in the
-    /// trailers. Every breaker stage (HTTP, keyed, plain) answers through this.
+    /// trailers. Every breaker stage (HTTP, keyed, plain) answers through this; a keyed
+    /// breaker's call whose answer names another key moves to that key's breaker first
+    /// ([`follow_answer`](Self::follow_answer)).
     #[inline(always)]
     pub(crate) fn answer(
         slot: &mut Option<Self>,
@@ -573,6 +581,14 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         shared: &SharedVerdict,
     ) -> Option<EosRecorder<C, St, M>> {
         let guard = slot.as_mut()?;
+        if let Answer::Head { headers, .. } = answer
+            && guard.reads_answers()
+            && !guard.follow_answer(headers)
+        {
+            // The key the answer names refused the call: counted by neither breaker.
+            *slot = None;
+            return None;
+        }
         let at_end = match answer {
             Answer::Head { status, headers } => {
                 match guard.classify_response_shared(status, headers, shared) {

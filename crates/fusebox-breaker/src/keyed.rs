@@ -154,15 +154,26 @@ pub trait KeyFn: Send + Sync + 'static {
     fn describe(&self, key: &Self::Key, head: &RequestHead<'_>) -> Arc<str>;
 
     /// Whether answers may name the key they count against ([`answer_key`](Self::answer_key)).
-    /// `false` (the default): answers are never read for a key, at no cost.
-    const NAMES_FROM_ANSWERS: bool = false;
+    /// `false` (the default): answers are never read for a key. Asked once per key, when
+    /// its breaker is made.
+    fn reads_answers(&self) -> bool {
+        false
+    }
 
-    /// The key an answer's headers (or its gRPC trailers) name, with the name it is known
-    /// by in errors and events; `None` (the default) when they name none. Read only when
-    /// [`NAMES_FROM_ANSWERS`](Self::NAMES_FROM_ANSWERS) is `true`.
-    fn answer_key(&self, headers: &HeaderMap) -> Option<(Self::Key, Arc<str>)> {
+    /// The key an answer's headers (or its gRPC trailers) name; `None` (the default) when
+    /// they name none. Read only when [`reads_answers`](Self::reads_answers) is `true`.
+    fn answer_key(&self, headers: &HeaderMap) -> Option<Self::Key> {
         let _ = headers;
         None
+    }
+
+    /// How a key an answer named is known in errors and events; called once, when the
+    /// key's breaker is made. The default, `"(named by an answer)"`, is for key functions
+    /// that do not read answers (it is never called for them); [`AnswerKeyed`] gives the
+    /// key's own text.
+    fn describe_answer_key(&self, key: &Self::Key) -> Arc<str> {
+        let _ = key;
+        Arc::from("(named by an answer)")
     }
 }
 
@@ -216,11 +227,13 @@ impl<F> AnswerKeyed<F> {
 impl<F> KeyFn for AnswerKeyed<F>
 where
     F: KeyFn,
-    F::Key: From<SmolStr>,
+    F::Key: From<SmolStr> + AsRef<str>,
 {
     type Key = F::Key;
 
-    const NAMES_FROM_ANSWERS: bool = true;
+    fn reads_answers(&self) -> bool {
+        true
+    }
 
     #[inline]
     fn key(&self, head: &RequestHead<'_>) -> F::Key {
@@ -231,10 +244,13 @@ where
         self.inner.describe(key, head)
     }
 
-    fn answer_key(&self, headers: &HeaderMap) -> Option<(F::Key, Arc<str>)> {
-        let named = answer_key(headers, &self.header)?;
-        let name = Arc::from(named.as_str());
-        Some((F::Key::from(named), name))
+    #[inline]
+    fn answer_key(&self, headers: &HeaderMap) -> Option<F::Key> {
+        answer_key(headers, &self.header).map(F::Key::from)
+    }
+
+    fn describe_answer_key(&self, key: &F::Key) -> Arc<str> {
+        Arc::from(key.as_ref())
     }
 }
 
@@ -535,7 +551,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             clock: self.clock,
             events: events.clone(),
         });
-        let redirect = if F::NAMES_FROM_ANSWERS {
+        let redirect = if self.key_fn.reads_answers() {
             let me: Weak<dyn Redirect<C, M::Store>> = self.me.clone();
             Some(me)
         } else {
@@ -582,8 +598,8 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
 
 impl<F: KeyFn, C: Classifier, M: MakeStore> Redirect<C, M::Store> for KeyedShared<F, C, M> {
     fn named(&self, headers: &HeaderMap) -> Option<Entry<C, M::Store>> {
-        let (key, name) = self.key_fn.answer_key(headers)?;
-        Some(self.breaker_of(key, |_| name))
+        let key = self.key_fn.answer_key(headers)?;
+        Some(self.breaker_of(key, |key| self.key_fn.describe_answer_key(key)))
     }
 }
 
@@ -762,17 +778,7 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
         answer: Answer<'_>,
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
-        let slot = admitted.get_mut();
-        if F::NAMES_FROM_ANSWERS
-            && let Answer::Head { headers, .. } = answer
-            && let Some(guard) = slot
-            && !guard.follow_answer(headers)
-        {
-            // The named key's breaker refused: counted by neither.
-            *slot = None;
-            return None;
-        }
-        Guard::answer(slot, answer, verdict)
+        Guard::answer(admitted.get_mut(), answer, verdict)
     }
 }
 

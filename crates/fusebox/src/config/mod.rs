@@ -51,7 +51,7 @@
 //!
 //! | section | the layer's keys | the policy's own keys |
 //! |---|---|---|
-//! | `breaker` | [`CircuitBreakerSection`] (`name` defaults to the policy's) | `enabled`, `key` (`"host"`, `"authority"`, `"route"`: one breaker per key), `max_keys`, `idle_timeout`, `store` |
+//! | `breaker` | [`CircuitBreakerSection`] (`name` defaults to the policy's) | `enabled`, `key` (`"host"`, `"authority"`, `"route"`, `"header"`: one breaker per key), `key_header` (with `key = "header"`: the request header whose value is the key), `answer_key_header` (an answer carrying this header counts against the key it names: [`KeyBy::named_by_answer`]), `max_keys`, `idle_timeout`, `store` |
 //! | `breaker.store` | with `kind = "redis"`: `fusebox_redis::RedisStoreSection` (feature `redis`); see [Breaker state on Redis](#breaker-state-on-redis) | `kind` (`"memory"`, `"redis"`; required) |
 //! | `limit` | [`LimitSection`] | `enabled` |
 //! | `timeout` | [`TimeoutSection`] (`body_timeout` is applied by [`Policy::body_timeout_layer`](crate::Policy::body_timeout_layer) around the policy's service) | `enabled` |
@@ -601,7 +601,15 @@ const POLICY_KEYS: &[&str] = &[
 ];
 
 /// The breaker's keys that are about the policy, not the breaker itself.
-const BREAKER_KEYS: &[&str] = &["enabled", "key", "max_keys", "idle_timeout", "store"];
+const BREAKER_KEYS: &[&str] = &[
+    "enabled",
+    "key",
+    "key_header",
+    "answer_key_header",
+    "max_keys",
+    "idle_timeout",
+    "store",
+];
 
 /// `enabled`, beside a layer's own keys.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -611,13 +619,36 @@ struct Enabled {
     enabled: Option<bool>,
 }
 
-/// What a keyed breaker's key is.
+/// What a keyed breaker's key is (`"header"`: the value of the request header
+/// `key_header` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum KeyKind {
     Host,
     Authority,
     Route,
+    Header,
+}
+
+/// A header's name in a file: lower case or not, it must be a valid HTTP header name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Header(http::HeaderName);
+
+const HEADER_RULE: &str = "a header name (letters, digits and `!#$%&'*+-.^_`|~`)";
+
+impl Serialize for Header {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Header {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        http::HeaderName::from_bytes(text.as_bytes())
+            .map(Header)
+            .map_err(|_| serde::de::Error::custom(format!("must be {HEADER_RULE}, got {text:?}")))
+    }
 }
 
 /// The breaker's keys that are about the policy.
@@ -628,6 +659,10 @@ struct BreakerKeys {
     enabled: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     key: Option<KeyKind>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_header: Option<Header>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    answer_key_header: Option<Header>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_keys: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "duration")]
@@ -948,6 +983,11 @@ impl Level {
                 keys: BreakerKeys {
                     enabled: a.keys.enabled.or(b.keys.enabled),
                     key: a.keys.key.or(b.keys.key),
+                    key_header: a.keys.key_header.or_else(|| b.keys.key_header.clone()),
+                    answer_key_header: a
+                        .keys
+                        .answer_key_header
+                        .or_else(|| b.keys.answer_key_header.clone()),
                     max_keys: a.keys.max_keys.or(b.keys.max_keys),
                     idle_timeout: a.keys.idle_timeout.or(b.keys.idle_timeout),
                 },
@@ -1008,12 +1048,33 @@ fn describe(name: &str, level: &Level) -> PolicyBuilder {
         .filter(|b| b.keys.enabled != Some(false))
     {
         b = b.circuit_breaker(breaker.section.build());
-        if let Some(key) = breaker.keys.key {
-            b = b.breaker_key(match key {
-                KeyKind::Host => KeyBy::Host,
-                KeyKind::Authority => KeyBy::Authority,
-                KeyKind::Route => KeyBy::Route,
-            });
+        let header = breaker.keys.key_header.as_ref().map(|Header(h)| h.clone());
+        match (breaker.keys.key, header) {
+            (Some(KeyKind::Header), None) => {
+                b = b.file_problem(
+                    "breaker_key",
+                    "\"header\" needs `key_header`, the request header whose value is the key",
+                );
+            }
+            (Some(KeyKind::Header), Some(name)) => b = b.breaker_key(KeyBy::Header(name)),
+            (Some(_), Some(_)) => {
+                b = b.file_problem("breaker_key_header", "only read with key = \"header\"");
+            }
+            (Some(key), None) => {
+                b = b.breaker_key(match key {
+                    KeyKind::Host => KeyBy::Host,
+                    KeyKind::Authority => KeyBy::Authority,
+                    // `Header` has its own arms above.
+                    KeyKind::Route | KeyKind::Header => KeyBy::Route,
+                })
+            }
+            (None, Some(_)) => {
+                b = b.file_problem("breaker_key_header", "only read with key = \"header\"");
+            }
+            (None, None) => {}
+        }
+        if let Some(Header(name)) = &breaker.keys.answer_key_header {
+            b = b.answer_key_header(name.clone());
         }
         if let Some(max) = breaker.keys.max_keys {
             b = b.max_keys(count(max));
@@ -1120,6 +1181,10 @@ impl Origins {
         }
         let path = if path == "breaker_key" {
             "breaker.key".to_owned()
+        } else if path == "breaker_answer_key" {
+            "breaker.answer_key_header".to_owned()
+        } else if path == "breaker_key_header" {
+            "breaker.key_header".to_owned()
         } else {
             file_key(path)
         };

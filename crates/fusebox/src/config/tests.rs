@@ -788,3 +788,95 @@ fn the_syntax_is_the_extensions_in_any_case() {
     assert_eq!(Syntax::of_path("x.yml"), Some(Syntax::Yaml));
     assert_eq!(Syntax::of_path("x"), None);
 }
+
+#[cfg(feature = "toml")]
+#[test]
+fn a_breaker_keyed_by_a_header_and_named_by_answers() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [defaults.breaker]
+        answer_key_header = "X-Shard"       # inherited; any case
+
+        [policies.store.breaker]
+        key = "header"
+        key_header = "x-shard"
+
+        [policies.tenants.breaker]
+        key = "header"
+        key_header = "x-tenant"
+        answer_key_header = "x-partition"
+        "#,
+    )
+    .unwrap();
+    let store = file.build("store").unwrap();
+    let shard = http::HeaderName::from_static("x-shard");
+    match store.breaker_key() {
+        Some(KeyBy::Answered(inner, header)) => {
+            assert_eq!(header, &shard);
+            assert!(matches!(&**inner, KeyBy::Header(h) if *h == shard));
+        }
+        other => panic!("not named by answers: {other:?}"),
+    }
+    let tenants = file.build("tenants").unwrap();
+    assert!(matches!(
+        tenants.breaker_key(),
+        Some(KeyBy::Answered(_, h)) if h.as_str() == "x-partition"
+    ));
+    // Written back, the file says the same.
+    let written = toml::to_string(&PolicyFileSection::of(&[&store])).unwrap();
+    assert!(
+        written.contains("answer_key_header = \"x-shard\""),
+        "{written}"
+    );
+    assert!(written.contains("key_header = \"x-shard\""), "{written}");
+    let again = PolicyFile::from_toml(&written)
+        .unwrap()
+        .build("store")
+        .unwrap();
+    assert_eq!(
+        format!("{:?}", again.breaker_key()),
+        format!("{:?}", store.breaker_key())
+    );
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn answer_keys_that_cannot_work_are_refused_at_their_path() {
+    let err = PolicyFile::from_toml(
+        r#"
+        [policies.unkeyed.breaker]
+        answer_key_header = "x-shard"
+
+        [policies.routes.breaker]
+        key = "route"
+        answer_key_header = "x-shard"
+
+        [policies.bad.breaker]
+        key = "header"
+        key_header = "x shard"
+        answer_key_header = "x:shard"
+
+        [policies.headerless.breaker]
+        key = "header"
+
+        [policies.stray.breaker]
+        key = "host"
+        key_header = "x-shard"
+        "#,
+    )
+    .unwrap_err();
+    let found = problems(&err);
+    for want in [
+        "policies.unkeyed.breaker.answer_key_header: needs a keyed breaker (`key`): an answer names one of its keys",
+        "policies.routes.breaker.key: a breaker keyed by route cannot take its keys from answers",
+        "policies.bad.breaker.answer_key_header: must be a header name",
+        "policies.bad.breaker.key_header: must be a header name",
+        "policies.headerless.breaker.key: \"header\" needs `key_header`",
+        "policies.stray.breaker.key_header: only read with key = \"header\"",
+    ] {
+        assert!(
+            found.iter().any(|p| p.starts_with(want)),
+            "no {want:?} in {found:#?}"
+        );
+    }
+}

@@ -2,7 +2,7 @@
 //! through each layer's own section ([`Section::of`]), so that what a service runs with can
 //! be shown (`fusebox check --json`), logged at start-up, and read back.
 
-use super::{BreakerKeys, KeyKind, RampSection, StoreKind};
+use super::{BreakerKeys, Header, KeyKind, RampSection, StoreKind};
 use crate::policy::{BreakerStore, KeyBy, Policy};
 use fusebox_breaker::CircuitBreakerSection;
 use fusebox_classify::section::{RouteSection, Section, count_of};
@@ -104,12 +104,12 @@ impl PolicySection {
         let breaker = policy.breaker_config().map(|config| BreakerOut {
             keys: BreakerKeys {
                 enabled: None,
-                key: policy.breaker_key().and_then(|k| match k {
-                    KeyBy::Host => Some(KeyKind::Host),
-                    KeyBy::Authority => Some(KeyKind::Authority),
-                    KeyBy::Route => Some(KeyKind::Route),
-                    KeyBy::Custom(_) => None,
-                }),
+                key: policy.breaker_key().and_then(key_kind),
+                key_header: policy.breaker_key().and_then(key_header).map(Header),
+                answer_key_header: match policy.breaker_key() {
+                    Some(KeyBy::Answered(_, header)) => Some(Header(header.clone())),
+                    _ => None,
+                },
                 max_keys: max_keys.map(count_of),
                 idle_timeout,
             },
@@ -174,5 +174,26 @@ impl PolicyFileSection {
                     .collect(),
             ),
         }
+    }
+}
+
+/// How a file writes a policy's key; `None` for a key only code can give.
+fn key_kind(key: &KeyBy) -> Option<KeyKind> {
+    match key {
+        KeyBy::Host => Some(KeyKind::Host),
+        KeyBy::Authority => Some(KeyKind::Authority),
+        KeyBy::Route => Some(KeyKind::Route),
+        KeyBy::Header(_) => Some(KeyKind::Header),
+        KeyBy::Answered(inner, _) => key_kind(inner),
+        _ => None,
+    }
+}
+
+/// The request header a policy's key is the value of, if it is one.
+fn key_header(key: &KeyBy) -> Option<http::HeaderName> {
+    match key {
+        KeyBy::Header(name) => Some(name.clone()),
+        KeyBy::Answered(inner, _) => key_header(inner),
+        _ => None,
     }
 }

@@ -103,6 +103,7 @@ impl<C: Classifier> CallSpan<C> {
                 BreakerKey::Route(id) => span.record("key", routes.name(id)),
                 BreakerKey::Host(host) => span.record("key", host.as_str()),
                 BreakerKey::Text(text) => span.record("key", text.as_str()),
+                BreakerKey::Value(text) => span.record("key", text.as_str()),
             };
         }
         Box::new(CallSpan {

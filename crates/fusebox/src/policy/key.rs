@@ -1,7 +1,9 @@
 //! Which breaker a call belongs to, when a policy keeps one breaker per key.
 
+use fusebox_breaker::spread::answer_key;
 use fusebox_breaker::{KeyFn, RequestHead, host_key};
 use fusebox_classify::RouteId;
+use http::{HeaderMap, HeaderName};
 use smol_str::SmolStr;
 use std::fmt;
 use std::sync::Arc;
@@ -44,6 +46,13 @@ pub enum KeyBy {
     Route,
     /// A function of the request head.
     Custom(Arc<dyn Fn(&RequestHead<'_>) -> String + Send + Sync>),
+    /// A request header's value, trimmed ([`BreakerKey::Value`]; requests without it, or
+    /// with a value that is not visible ASCII, share the empty key; no allocation for
+    /// values of up to 23 bytes): the shard, tenant or partition a client names.
+    Header(HeaderName),
+    /// The key of the inner `KeyBy`, unless the answer names another in this header (a
+    /// response header, or a gRPC trailer): built by [`KeyBy::named_by_answer`].
+    Answered(Arc<KeyBy>, HeaderName),
 }
 
 impl KeyBy {
@@ -51,6 +60,64 @@ impl KeyBy {
     pub fn custom(f: impl Fn(&RequestHead<'_>) -> String + Send + Sync + 'static) -> Self {
         KeyBy::Custom(Arc::new(f))
     }
+
+    /// These keys, except that an answer carrying `header` counts against the key it
+    /// names instead of the request's: the shard a server reports as overloaded, say. The
+    /// named text is a key as this `KeyBy` makes them (a host for [`KeyBy::Host`], a value
+    /// for [`KeyBy::Header`]); a malformed value names none, and a breaker keyed by route
+    /// cannot take its keys from answers (building the policy fails). See
+    /// `fusebox_breaker::AnswerKeyed` for the rules.
+    ///
+    /// ```
+    /// use fusebox::{CircuitBreakerConfig, KeyBy, Policy};
+    /// use http::HeaderName;
+    ///
+    /// let shard = HeaderName::from_static("x-shard");
+    /// let policy = Policy::builder("store")
+    ///     .circuit_breaker(CircuitBreakerConfig::builder())
+    ///     .breaker_key(KeyBy::Header(shard.clone()).named_by_answer(shard))
+    ///     .build()?;
+    /// # let _ = policy;
+    /// # Ok::<(), fusebox::ConfigError>(())
+    /// ```
+    pub fn named_by_answer(self, header: HeaderName) -> Self {
+        KeyBy::Answered(Arc::new(self), header)
+    }
+
+    /// The key this `KeyBy` makes of a key's text, if it makes keys of text.
+    fn key_of_text(&self, text: SmolStr) -> Option<BreakerKey> {
+        match self {
+            KeyBy::Host | KeyBy::Authority => Some(BreakerKey::host(text)),
+            KeyBy::Header(_) => Some(BreakerKey::Value(text)),
+            KeyBy::Custom(_) => Some(BreakerKey::Text(text.into())),
+            KeyBy::Route => None,
+            KeyBy::Answered(inner, _) => inner.key_of_text(text),
+        }
+    }
+
+    /// Whether its keys can be named by an answer (every kind but the route).
+    pub(crate) fn takes_text(&self) -> bool {
+        match self {
+            KeyBy::Route => false,
+            KeyBy::Answered(inner, _) => inner.takes_text(),
+            _ => true,
+        }
+    }
+}
+
+/// A request header's value as a key: trimmed, the empty key when absent or not visible
+/// ASCII.
+fn header_value(headers: &HeaderMap, name: &HeaderName) -> SmolStr {
+    let Some(value) = headers.get(name) else {
+        return SmolStr::default();
+    };
+    let value = value.as_bytes().trim_ascii();
+    if !value.iter().all(|b| b.is_ascii_graphic()) {
+        return SmolStr::default();
+    }
+    std::str::from_utf8(value)
+        .map(SmolStr::new)
+        .unwrap_or_default()
 }
 
 impl fmt::Debug for KeyBy {
@@ -60,6 +127,12 @@ impl fmt::Debug for KeyBy {
             KeyBy::Authority => f.write_str("KeyBy::Authority"),
             KeyBy::Route => f.write_str("KeyBy::Route"),
             KeyBy::Custom(_) => f.write_str("KeyBy::Custom(..)"),
+            KeyBy::Header(name) => f.debug_tuple("KeyBy::Header").field(name).finish(),
+            KeyBy::Answered(inner, name) => f
+                .debug_tuple("KeyBy::Answered")
+                .field(inner)
+                .field(name)
+                .finish(),
         }
     }
 }
@@ -75,6 +148,9 @@ pub enum BreakerKey {
     Host(SmolStr),
     /// A custom key ([`KeyBy::Custom`]).
     Text(String),
+    /// A request header's value ([`KeyBy::Header`]), or a key an answer named. Kept inline
+    /// up to 23 bytes.
+    Value(SmolStr),
 }
 
 impl BreakerKey {
@@ -102,6 +178,27 @@ impl KeyFn for KeyBy {
             }),
             KeyBy::Route => BreakerKey::Route(head.route()),
             KeyBy::Custom(f) => BreakerKey::Text(f(head)),
+            KeyBy::Header(name) => BreakerKey::Value(header_value(head.headers(), name)),
+            KeyBy::Answered(inner, _) => inner.key(head),
+        }
+    }
+
+    fn reads_answers(&self) -> bool {
+        matches!(self, KeyBy::Answered(..))
+    }
+
+    fn answer_key(&self, headers: &HeaderMap) -> Option<BreakerKey> {
+        match self {
+            KeyBy::Answered(inner, name) => inner.key_of_text(answer_key(headers, name)?),
+            _ => None,
+        }
+    }
+
+    fn describe_answer_key(&self, key: &BreakerKey) -> Arc<str> {
+        match key {
+            BreakerKey::Route(_) => Arc::from(""),
+            BreakerKey::Host(text) | BreakerKey::Value(text) => Arc::from(text.as_str()),
+            BreakerKey::Text(text) => Arc::from(text.as_str()),
         }
     }
 
@@ -110,6 +207,7 @@ impl KeyFn for KeyBy {
             BreakerKey::Route(_) => Arc::from(head.route_name()),
             BreakerKey::Host(host) => Arc::from(host.as_str()),
             BreakerKey::Text(text) => Arc::from(text.as_str()),
+            BreakerKey::Value(text) => Arc::from(text.as_str()),
         }
     }
 }

@@ -208,6 +208,10 @@ pub struct PolicyBuilder<C = StandardClassifier> {
     limit: Option<Result<ConcurrencyLimitConfig, ConfigError>>,
     breaker: Option<Result<CircuitBreakerConfig, ConfigError>>,
     breaker_key: Option<KeyBy>,
+    /// A policy file's `answer_key_header`, applied to `breaker_key` when it is built.
+    answer_key_header: Option<http::HeaderName>,
+    /// Problems a policy file found in how its keys fit together, reported by `build`.
+    file_problems: Vec<(&'static str, &'static str)>,
     breaker_store: Option<Result<BreakerStore, ConfigError>>,
     /// Checking only (a policy file's validation): the store is checked, but the policy
     /// built keeps its breaker in memory, so that checking starts no Redis connection.
@@ -252,6 +256,8 @@ impl Policy {
             limit: None,
             breaker: None,
             breaker_key: None,
+            answer_key_header: None,
+            file_problems: Vec::new(),
             breaker_store: None,
             check_only: false,
             expose_verdict: false,
@@ -286,6 +292,8 @@ impl<C: Classifier> PolicyBuilder<C> {
             limit: self.limit,
             breaker: self.breaker,
             breaker_key: self.breaker_key,
+            answer_key_header: self.answer_key_header,
+            file_problems: self.file_problems,
             breaker_store: self.breaker_store,
             check_only: self.check_only,
             expose_verdict: self.expose_verdict,
@@ -343,6 +351,20 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
     pub fn breaker_key(mut self, key: KeyBy) -> Self {
         self.breaker_key = Some(key);
+        self
+    }
+
+    /// A policy file's `answer_key_header`: the keys of `breaker_key` are named by answers
+    /// in `header` ([`KeyBy::named_by_answer`], applied when the policy is built).
+    pub(crate) fn answer_key_header(mut self, header: http::HeaderName) -> Self {
+        self.answer_key_header = Some(header);
+        self
+    }
+
+    /// A problem a policy file found at `path` (a builder path, as `build` reports them),
+    /// reported by `build` with the others.
+    pub(crate) fn file_problem(mut self, path: &'static str, rule: &'static str) -> Self {
+        self.file_problems.push((path, rule));
         self
     }
 
@@ -502,8 +524,16 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// Checks everything — each layer's configuration, the route table, and how they fit
     /// together — and builds the policy's shared state, or reports every problem, each with
     /// its path (`breaker.failure_rate_threshold: must be within 1..=100, got 150`).
-    pub fn build(self) -> Result<Policy<C>, ConfigError> {
+    pub fn build(mut self) -> Result<Policy<C>, ConfigError> {
         let mut v = Validator::new();
+        for (path, rule) in std::mem::take(&mut self.file_problems) {
+            v.fail(path, rule);
+        }
+        if self.breaker_key.is_some()
+            && let Some(header) = self.answer_key_header.take()
+        {
+            self.breaker_key = self.breaker_key.take().map(|k| k.named_by_answer(header));
+        }
         v.check(!self.name.trim().is_empty(), "name", || {
             "must not be empty".into()
         });
@@ -549,6 +579,21 @@ impl<C: Classifier> PolicyBuilder<C> {
 
         if self.breaker_key.is_some() && !has_breaker {
             v.fail("breaker_key", "needs a circuit breaker");
+        }
+        if let Some(KeyBy::Answered(inner, _)) = &self.breaker_key
+            && !inner.takes_text()
+        {
+            v.fail(
+                "breaker_key",
+                "a breaker keyed by route cannot take its keys from answers: an answer names a shard, host or value, not one of the client's routes",
+            );
+        }
+        if self.answer_key_header.is_some() {
+            // Left only when there is no key to apply it to.
+            v.fail(
+                "breaker_answer_key",
+                "needs a keyed breaker (`key`): an answer names one of its keys",
+            );
         }
         if has_store && !has_breaker {
             v.fail("breaker.store", "needs a circuit breaker");

@@ -470,3 +470,71 @@ async fn body_timeouts_come_from_the_policys_body_layer() {
     let err = response.into_body().collect().await.unwrap_err();
     assert!(err.downcast_ref::<Elapsed>().is_some(), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_policy_counts_an_answer_against_the_key_it_names() {
+    let shard = http::HeaderName::from_static("x-shard");
+    let policy = Policy::builder("store")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .name("store")
+                .count_window(10)
+                .minimum_calls(4)
+                .failure_rate_threshold(50),
+        )
+        .breaker_key(KeyBy::Header(shard.clone()).named_by_answer(shard))
+        .build()
+        .unwrap();
+    // Shard "a" is served by the overloaded shard "hot", which says so.
+    let svc = policy.layer(service_fn(|r: Req| async move {
+        let asked = r.headers()["x-shard"].to_str().unwrap().to_owned();
+        let response = match asked.as_str() {
+            "a" | "hot" => Response::builder()
+                .status(503)
+                .header("x-shard", "hot")
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+            _ => Response::new(Empty::new()),
+        };
+        Ok::<_, Infallible>(response)
+    }));
+    let call = |shard: &'static str| {
+        let svc = svc.clone();
+        async move {
+            let request = Request::get("/")
+                .header("x-shard", shard)
+                .body(Empty::new())
+                .unwrap();
+            svc.oneshot(request).await
+        }
+    };
+    for _ in 0..4 {
+        assert_eq!(
+            call("a").await.unwrap().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(call("b").await.unwrap().status(), StatusCode::OK);
+    }
+    let handle = policy.keyed_breaker_handle().unwrap();
+    let hot = BreakerKey::Value("hot".into());
+    assert_eq!(handle.get(&hot).unwrap().state(), State::Open);
+    assert_eq!(handle.get(&hot).unwrap().key(), Some("hot"));
+    let a = handle.get(&BreakerKey::Value("a".into())).unwrap();
+    assert_eq!((a.state(), a.snapshot().window.calls), (State::Closed, 0));
+    let refused = call("hot").await.unwrap_err();
+    assert_eq!(
+        refused.downcast_ref::<CircuitOpen>().unwrap().key(),
+        Some("hot")
+    );
+    assert_eq!(call("b").await.unwrap().status(), StatusCode::OK);
+}
+
+#[test]
+fn a_route_key_cannot_be_named_by_answers() {
+    let err = Policy::builder("p")
+        .circuit_breaker(CircuitBreakerConfig::builder())
+        .breaker_key(KeyBy::Route.named_by_answer(http::HeaderName::from_static("x-shard")))
+        .build()
+        .unwrap_err();
+    assert_eq!(paths(&err), ["breaker_key"]);
+}
