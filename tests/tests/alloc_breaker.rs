@@ -10,7 +10,7 @@
 //! during the measured calls is a failure.
 
 use bytes::Bytes;
-use fusebox_breaker::{ByHost, CircuitBreakerConfig, CircuitBreakerLayer, State};
+use fusebox_breaker::{AnswerKeyed, ByHost, CircuitBreakerConfig, CircuitBreakerLayer, State};
 use fusebox_classify::{Route, RouteTable};
 use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use http::{Request, Response};
@@ -181,6 +181,88 @@ fn closed_healthy_calls_allocate_nothing() {
         "breakers keyed by host",
     );
     assert_eq!(handle.len(), 3, "one breaker per host: {:?}", handle.keys());
+
+    // A breaker per shard whose answers may name the shard they count against
+    // (`AnswerKeyed`): an answer naming the request's own shard, one naming another known
+    // shard (the call moves to that shard's breaker) and one naming none allocate nothing.
+    // The answers are built before counting (a header costs the map an allocation) and
+    // handed out one per call.
+    let shard = http::HeaderName::from_static("x-shard");
+    let by_shard = |head: &fusebox_breaker::RequestHead<'_>| -> smol_str::SmolStr {
+        head.headers()
+            .get("x-shard")
+            .and_then(|v| v.to_str().ok())
+            .map(smol_str::SmolStr::new)
+            .unwrap_or_default()
+    };
+    let layer = CircuitBreakerLayer::builder(config())
+        .build_keyed(AnswerKeyed::new(by_shard, shard.clone()))
+        .expect("a valid keyed breaker");
+    let handle = layer.handle();
+    let shards = ["s-0", "s-1", "s-2"];
+    let answers = |n: usize| -> Vec<Response<Empty<Bytes>>> {
+        (0..n)
+            .map(|i| {
+                let mut response = ok();
+                match i % 3 {
+                    0 => {}
+                    named => {
+                        let value = http::HeaderValue::from_static(shards[(i + named) % 3]);
+                        response.headers_mut().insert(shard.clone(), value);
+                    }
+                }
+                response
+            })
+            .collect()
+    };
+    let mut queued = answers(WARM_UP + CALLS);
+    queued.reverse();
+    let queued = std::sync::Mutex::new(queued);
+    let answering = tower::service_fn(|_: Request<()>| {
+        let response = queued
+            .lock()
+            .expect("unpoisoned")
+            .pop()
+            .expect("an answer per call");
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let for_shards = |n: usize| -> Vec<Request<()>> {
+        (0..n)
+            .map(|i| {
+                Request::get("/users/42")
+                    .header("x-shard", shards[i % 3])
+                    .body(())
+                    .expect("a request")
+            })
+            .collect()
+    };
+    alloc::assert_no_allocations(
+        GLOBAL,
+        &rt,
+        layer.layer(answering),
+        for_shards(WARM_UP),
+        for_shards(CALLS),
+        alloc::discard,
+        "breakers keyed by shard, named by answers",
+    );
+    assert_eq!(
+        handle.len(),
+        3,
+        "one breaker per shard: {:?}",
+        handle.keys()
+    );
+    let moved: u32 = shards
+        .iter()
+        .map(|s| {
+            handle
+                .get(&(*s).into())
+                .expect("a shard's breaker")
+                .snapshot()
+                .window
+                .calls
+        })
+        .sum();
+    assert_eq!(moved, 3 * WINDOW, "every shard's window is full");
 
     // Building a layer makes the breaker and its per-thread leases once, and nothing per
     // route: over a table of 21 routes it allocates as often as over the default table.
