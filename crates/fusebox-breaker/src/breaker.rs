@@ -5,7 +5,7 @@
 use crate::config::CircuitBreakerConfig;
 use crate::events::{CallKind, EventSink};
 use crate::judge::{Judged, counting_overloaded, error_verdict};
-use crate::spread::{KeyFailures, KeySpreadGate};
+use crate::spread::{KeySpreadGate, NEVER_FAILED, SpreadCounts};
 use crate::state::{Command, Permit, Snapshot, State};
 use crate::store::{Reconfigure, Store};
 use fusebox_classify::error::CircuitOpen;
@@ -18,7 +18,7 @@ use http::{HeaderMap, StatusCode};
 use std::error::Error;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -42,14 +42,25 @@ pub(crate) struct Breaker<C, St> {
     pub(crate) touched: AtomicBool,
     /// Whether its stage leaves each answer's verdict in the response's extensions.
     pub(crate) expose: bool,
-    /// A keyed breaker's key whose answers may name another key: the keyed breaker's map,
-    /// to find that key's breaker.
-    pub(crate) redirect: Option<Weak<dyn Redirect<C, St>>>,
-    /// A keyed breaker's key: where its failures are counted for the keys' spread.
-    failures: Option<KeyFailures>,
+    /// What it knows of the keys around it: a keyed breaker's key, or a dependency-wide
+    /// breaker gated by its keys. One shared pointer, so that a key's breaker stays small.
+    partial: Option<Arc<Partial<C, St>>>,
+    /// A keyed breaker's key: the period of its last failure counted for the keys' spread.
+    failed_in: AtomicU32,
+}
+
+/// What a breaker knows of the keys around it.
+pub(crate) enum Partial<C, St> {
+    /// One key of a keyed breaker (every key shares this): where the keyed breaker counts
+    /// its failing keys, and, when its key function reads answers, its map, to find the
+    /// key an answer names.
+    Key {
+        counts: Arc<SpreadCounts>,
+        map: Option<Weak<dyn Redirect<C, St>>>,
+    },
     /// A dependency-wide breaker around keyed ones: whether a failure counts, from how
     /// widely the keys fail.
-    gate: Option<KeySpreadGate>,
+    Gated(KeySpreadGate),
 }
 
 /// A keyed breaker's map as its keys' breakers see it: where an answer that names a key
@@ -108,28 +119,26 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             slow_after,
             touched: AtomicBool::new(true),
             expose: false,
-            redirect: None,
-            failures: None,
-            gate: None,
+            partial: None,
+            failed_in: AtomicU32::new(NEVER_FAILED),
         }
     }
 
-    /// The same breaker, one key of a keyed breaker: its failures are counted in
-    /// `failures`, and its answers may name another key, found through `redirect`.
-    pub(crate) fn keyed(
-        mut self,
-        failures: KeyFailures,
-        redirect: Option<Weak<dyn Redirect<C, St>>>,
-    ) -> Self {
-        self.failures = Some(failures);
-        self.redirect = redirect;
+    /// The same breaker, one key of a keyed breaker (`partial` is a [`Partial::Key`]
+    /// shared by every key), or a dependency-wide breaker gated by its keys
+    /// ([`Partial::Gated`]).
+    pub(crate) fn partial(mut self, partial: Option<Arc<Partial<C, St>>>) -> Self {
+        self.partial = partial;
         self
     }
 
-    /// The same breaker, counting a failure only when `gate` says the keys fail widely.
-    pub(crate) fn gated(mut self, gate: Option<KeySpreadGate>) -> Self {
-        self.gate = gate;
-        self
+    /// The keyed breaker's map, if this is one of its keys and its answers may name keys.
+    #[inline(always)]
+    fn answer_map(&self) -> Option<&Weak<dyn Redirect<C, St>>> {
+        match self.partial.as_deref() {
+            Some(Partial::Key { map, .. }) => map.as_ref(),
+            _ => None,
+        }
     }
 
     /// The same breaker, leaving each answer's verdict in the response's extensions if
@@ -251,11 +260,12 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     #[cold]
     #[inline(never)]
     fn failure(&self) -> Outcome {
-        if let Some(failures) = &self.failures {
-            failures.failed(self.clock.now());
-        }
-        match &self.gate {
-            Some(gate) if !gate.counts() => Outcome::Ignored,
+        match self.partial.as_deref() {
+            Some(Partial::Key { counts, .. }) => {
+                counts.failed(&self.failed_in, self.clock.now());
+                Outcome::Failure
+            }
+            Some(Partial::Gated(gate)) if !gate.counts() => Outcome::Ignored,
             _ => Outcome::Failure,
         }
     }
@@ -263,12 +273,11 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     /// Records one call's outcome under `permit`.
     #[inline(always)]
     fn record(&self, permit: Permit, outcome: Outcome, slow: bool, end: Option<Instant>) {
-        let outcome =
-            if outcome == Outcome::Failure && (self.failures.is_some() || self.gate.is_some()) {
-                self.failure()
-            } else {
-                outcome
-            };
+        let outcome = if outcome == Outcome::Failure && self.partial.is_some() {
+            self.failure()
+        } else {
+            outcome
+        };
         let store = &self.store;
         self.events.call(match outcome {
             Outcome::Failure => CallKind::Failed,
@@ -521,7 +530,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     /// another key.
     #[inline(always)]
     pub(crate) fn reads_answers(&self) -> bool {
-        self.breaker.redirect.is_some()
+        self.breaker.answer_map().is_some()
     }
 
     /// Moves the call to the breaker of the key its answer names in `headers`, if it names
@@ -532,7 +541,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     /// the call is then counted by neither, and the caller drops the guard.
     #[inline(never)]
     pub(crate) fn follow_answer(&mut self, headers: &HeaderMap) -> bool {
-        let Some(map) = self.breaker.redirect.as_ref().and_then(Weak::upgrade) else {
+        let Some(map) = self.breaker.answer_map().and_then(Weak::upgrade) else {
             return true;
         };
         let Some(named) = map.named(headers) else {
@@ -652,7 +661,7 @@ impl<C: Classifier, St: Store, M: Facts> OnEndOfStream for EosRecorder<C, St, M>
 
     fn on_end_shared(mut self, end: StreamEnd<'_>, shared: &SharedVerdict) {
         if let StreamEnd::Trailers(Some(trailers)) = end
-            && self.guard.breaker.redirect.is_some()
+            && self.guard.reads_answers()
             && !self.guard.follow_answer(trailers)
         {
             return; // counted by neither breaker: the guard's drop releases the permit

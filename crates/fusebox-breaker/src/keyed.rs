@@ -6,7 +6,7 @@
 //! on (a breaker that is not closed is never evicted to make room; a key in use is never
 //! forgotten as idle) belong with the public type.
 
-use crate::breaker::{Breaker, BreakerHandle, Control, EosRecorder, Guard, Redirect};
+use crate::breaker::{Breaker, BreakerHandle, Control, EosRecorder, Guard, Partial, Redirect};
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::future::ResponseBody;
@@ -416,8 +416,9 @@ pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
     expose: bool,
     /// The keys held and those failing lately, for a dependency-wide breaker's gate.
     spread: Arc<SpreadCounts>,
-    /// Itself, for its keys' breakers to find the key an answer names.
-    me: Weak<Self>,
+    /// What every key's breaker knows of it: the spread counts, and itself (weakly: it
+    /// holds the keys' breakers) when answers may name keys.
+    partial: Option<Arc<Partial<C, M::Store>>>,
 }
 
 /// How many lookups between two checks of the sweep timer.
@@ -451,16 +452,25 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             idle,
             expose: false,
             spread: SpreadCounts::new(idle, clock),
-            me: Weak::new(),
+            partial: None,
         }
     }
 
     /// Shares it: its keys' breakers reach it through a weak reference (to find the key an
     /// answer names), which would make a cycle if it were strong.
     pub(crate) fn into_shared(self) -> Arc<Self> {
-        Arc::new_cyclic(|me| KeyedShared {
-            me: me.clone(),
-            ..self
+        Arc::new_cyclic(|me: &Weak<Self>| {
+            let map = self.key_fn.reads_answers().then(|| {
+                let map: Weak<dyn Redirect<C, M::Store>> = me.clone();
+                map
+            });
+            KeyedShared {
+                partial: Some(Arc::new(Partial::Key {
+                    counts: Arc::clone(&self.spread),
+                    map,
+                })),
+                ..self
+            }
         })
     }
 
@@ -551,12 +561,6 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
             clock: self.clock,
             events: events.clone(),
         });
-        let redirect = if self.key_fn.reads_answers() {
-            let me: Weak<dyn Redirect<C, M::Store>> = self.me.clone();
-            Some(me)
-        } else {
-            None
-        };
         Arc::new(
             Breaker::new(
                 self.table.clone(),
@@ -568,7 +572,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
                 config.count_overloaded,
             )
             .exposing(self.expose)
-            .keyed(self.spread.for_key(), redirect),
+            .partial(self.partial.clone()),
         )
     }
 

@@ -1,6 +1,6 @@
 //! The breaker layer and its builder.
 
-use crate::breaker::{Breaker, BreakerHandle, Leases};
+use crate::breaker::{Breaker, BreakerHandle, Leases, Partial};
 use crate::config::CircuitBreakerConfig;
 use crate::events::{BreakerEvent, EventSink, Listener};
 use crate::keyed::{KeyFn, KeyedCircuitBreakerLayer, KeyedShared};
@@ -216,7 +216,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
                     config.count_overloaded,
                 )
                 .exposing(self.expose)
-                .gated(self.gate),
+                .partial(self.gate.map(|gate| Arc::new(Partial::Gated(gate)))),
             ))),
         }
     }

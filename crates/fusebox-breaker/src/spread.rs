@@ -40,7 +40,7 @@ use fusebox_classify::clock::duration_nanos;
 use fusebox_classify::{Clock, ConfigError, Nanos, Validator};
 use http::{HeaderMap, HeaderName};
 use smol_str::SmolStr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -170,27 +170,6 @@ impl Periods {
     }
 }
 
-/// What a key's breaker keeps for the spread count: the last period it failed in.
-#[derive(Debug)]
-pub(crate) struct KeyFailures {
-    counts: Arc<SpreadCounts>,
-    /// The period of the key's last counted failure (`u64::MAX`: none yet).
-    last: AtomicU64,
-}
-
-impl KeyFailures {
-    /// Counts a failure of this key (once per period), as of `now`.
-    pub(crate) fn failed(&self, now: Nanos) {
-        let index = self.counts.index(now);
-        if self.last.swap(index, Ordering::Relaxed) == index {
-            return;
-        }
-        let mut periods = self.counts.lock();
-        periods.roll(index);
-        periods.current += 1;
-    }
-}
-
 impl SpreadCounts {
     pub(crate) fn new(period: Duration, clock: Clock) -> Arc<Self> {
         Arc::new(SpreadCounts {
@@ -201,12 +180,17 @@ impl SpreadCounts {
         })
     }
 
-    /// The failure count of one more key.
-    pub(crate) fn for_key(self: &Arc<Self>) -> KeyFailures {
-        KeyFailures {
-            counts: Arc::clone(self),
-            last: AtomicU64::new(u64::MAX),
+    /// Counts a failure of the key whose breaker keeps `last` (the period of its last
+    /// counted failure, truncated to 32 bits), once per period, as of `now`.
+    pub(crate) fn failed(&self, last: &AtomicU32, now: Nanos) {
+        let index = self.index(now);
+        // Truncated: two periods 2^32 apart look alike, which only delays one count.
+        if last.swap(index as u32, Ordering::Relaxed) == index as u32 {
+            return;
         }
+        let mut periods = self.lock();
+        periods.roll(index);
+        periods.current += 1;
     }
 
     /// The keyed breaker now holds `added` more keys and `removed` fewer.
@@ -237,6 +221,9 @@ impl SpreadCounts {
         (failing, self.held.load(Ordering::Relaxed))
     }
 }
+
+/// The period stamp of a key that has not failed yet.
+pub(crate) const NEVER_FAILED: u32 = u32::MAX;
 
 /// A keyed breaker's view of how widely its keys fail, with the [`KeySpread`] rule: given
 /// to the dependency-wide breaker stacked around the keyed one

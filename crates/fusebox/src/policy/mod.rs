@@ -356,6 +356,7 @@ impl<C: Classifier> PolicyBuilder<C> {
 
     /// A policy file's `answer_key_header`: the keys of `breaker_key` are named by answers
     /// in `header` ([`KeyBy::named_by_answer`], applied when the policy is built).
+    #[cfg(any(feature = "toml", feature = "yaml"))]
     pub(crate) fn answer_key_header(mut self, header: http::HeaderName) -> Self {
         self.answer_key_header = Some(header);
         self
@@ -363,6 +364,7 @@ impl<C: Classifier> PolicyBuilder<C> {
 
     /// A problem a policy file found at `path` (a builder path, as `build` reports them),
     /// reported by `build` with the others.
+    #[cfg(any(feature = "toml", feature = "yaml"))]
     pub(crate) fn file_problem(mut self, path: &'static str, rule: &'static str) -> Self {
         self.file_problems.push((path, rule));
         self
