@@ -148,6 +148,13 @@ pub use crate::policy::{
     PolicyBuilder, PolicyService, RecoveryRamp,
 };
 
+#[cfg(feature = "balance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
+pub mod pool;
+#[cfg(feature = "balance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
+pub use crate::pool::{PoolConfig, PoolHandle, PoolLayer};
+
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]
 pub mod registry;
