@@ -31,11 +31,14 @@ const ENDPOINTS: usize = 4;
 const CALLS: usize = 10_000;
 const WARM_UP: usize = 2_000;
 
+/// What an endpoint answers.
+type Answer = Result<Response<Empty<Bytes>>, Infallible>;
+
 fn endpoint() -> impl Service<
     Request<()>,
     Response = Response<Empty<Bytes>>,
     Error = Infallible,
-    Future = std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>>,
+    Future = std::future::Ready<Answer>,
 > + Clone {
     tower::service_fn(|_: Request<()>| std::future::ready(Ok(Response::new(Empty::new()))))
 }
