@@ -251,9 +251,11 @@ impl Shared {
         self.decide();
     }
 
-    /// Decides which tripped endpoints are out: those already out first, then the others
-    /// in the order they tripped, while the cap has room, the pool is not in panic and the
-    /// survivors have the headroom; every other tripped endpoint stays in.
+    /// Decides which tripped endpoints are out: an operator's forced opens first (always),
+    /// then those already out, then the others in the order the pool saw them trip (it
+    /// decides whenever a breaker moves, so that is the order they tripped; ties go to the
+    /// endpoint that joined first), while the cap has room, the pool is not in panic and
+    /// the survivors have the headroom; every other tripped endpoint stays in.
     pub(crate) fn decide(&self) {
         let mut events = Vec::new();
         {
@@ -287,11 +289,13 @@ impl Shared {
                     },
                 ));
             }
-            // Those out before stay out; then the earliest tripped.
+            // An operator's forced opens first, then those out before (they stay out), then
+            // the earliest tripped.
             let mut order: Vec<usize> = (0..n).filter(|&i| d.entries[i].tripped != 0).collect();
             order.sort_by_key(|&i| {
                 let e = &d.entries[i];
                 (
+                    states[i] != State::ForcedOpen,
                     !matches!(e.status, Status::Ejected | Status::Probing),
                     e.tripped,
                 )
@@ -514,5 +518,198 @@ fn log(event: &PoolEvent) {
             "pool panic {}",
             if *active { "started: every endpoint is used" } else { "ended" }
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fusebox_breaker::{CircuitBreaker, CircuitBreakerLayer};
+    use http::{HeaderMap, Request, StatusCode};
+    use std::time::Duration;
+    use tower_layer::Layer;
+
+    type Breaker = CircuitBreaker<()>;
+
+    /// A pool of `n` endpoints named `e0`, `e1`, ... whose breakers trip after 4 failures;
+    /// each endpoint's breaker as a service with no inner service, to drive by hand.
+    /// What a listener of the test pool saw.
+    type Seen = Arc<Mutex<Vec<PoolEvent>>>;
+
+    fn pool(config: PoolConfig, n: usize) -> (Shared, Vec<(Arc<Slot>, Breaker)>, Seen) {
+        let breaker = CircuitBreakerConfig::builder()
+            .name("orders")
+            .count_window(4)
+            .minimum_calls(4)
+            .open_wait(Duration::from_secs(60))
+            .open_wait_jitter(Duration::ZERO)
+            .build()
+            .unwrap();
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&events);
+        let listener: PoolListener =
+            Arc::new(move |e: &PoolEvent| seen.lock().unwrap().push(e.clone()));
+        let shared = Shared::new(config, breaker.clone(), vec![listener]);
+        let endpoints = (0..n)
+            .map(|i| {
+                let signal = shared.signal();
+                let ring = Arc::clone(&signal);
+                let layer = CircuitBreakerLayer::builder(breaker.clone())
+                    .key(format!("e{i}"))
+                    .on_event(move |_| ring.ring())
+                    .build()
+                    .unwrap();
+                let slot = Arc::new(Slot::new(format!("e{i}").into(), layer.handle(), signal));
+                shared.insert(Arc::clone(&slot));
+                (slot, layer.layer(()))
+            })
+            .collect();
+        (shared, endpoints, events)
+    }
+
+    fn trip(breaker: &Breaker) {
+        let request = Request::new(());
+        for _ in 0..4 {
+            let mut guard = breaker.admit(&request).unwrap();
+            let verdict = guard
+                .classify_response(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new())
+                .unwrap();
+            guard.finish_in_place(verdict);
+        }
+        assert_eq!(breaker.handle().state(), State::Open);
+    }
+
+    fn statuses(shared: &Shared) -> Vec<Status> {
+        shared.status().endpoints.iter().map(|e| e.status).collect()
+    }
+
+    #[tokio::test]
+    async fn a_breaker_event_marks_the_pool_for_a_new_decision() {
+        let (shared, endpoints, _) = pool(PoolConfig::default(), 4);
+        assert!(!shared.dirty.load(Ordering::Relaxed));
+        trip(&endpoints[0].1);
+        assert!(
+            shared.dirty.load(Ordering::Relaxed),
+            "the trip rang the pool"
+        );
+        assert_eq!(endpoints[0].0.mode(), SERVE, "not decided yet");
+        shared.refresh();
+        assert_eq!(endpoints[0].0.mode(), EJECT);
+        assert!(!shared.dirty.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn room_freed_by_a_recovery_goes_to_the_endpoint_kept_in() {
+        let config = PoolConfig::builder()
+            .max_ejection_percent(25)
+            .build()
+            .unwrap();
+        let (shared, endpoints, events) = pool(config, 4);
+        trip(&endpoints[2].1);
+        shared.refresh();
+        trip(&endpoints[1].1);
+        use Status::*;
+        assert_eq!(statuses(&shared), [Serving, WouldEject, Ejected, Serving]);
+        assert_eq!(endpoints[1].0.mode(), PASS);
+
+        // The ejected one recovers (an operator resets it): the one kept in goes out.
+        endpoints[2].1.handle().reset();
+        assert_eq!(statuses(&shared), [Serving, Ejected, Serving, Serving]);
+        let kinds: Vec<_> = events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| (e.endpoint.as_deref().map(str::to_owned), e.kind.clone()))
+            .collect();
+        let e = |k: &str| Some(k.to_owned());
+        assert_eq!(
+            kinds,
+            [
+                (
+                    e("e2"),
+                    PoolEventKind::Ejected {
+                        ejected: 1,
+                        max_ejected: 1
+                    }
+                ),
+                (
+                    e("e1"),
+                    PoolEventKind::WouldEject {
+                        reason: super::WouldEject::CapReached {
+                            ejected: 1,
+                            max_ejected: 1
+                        }
+                    }
+                ),
+                (
+                    e("e1"),
+                    PoolEventKind::Ejected {
+                        ejected: 1,
+                        max_ejected: 1
+                    }
+                ),
+                (e("e2"), PoolEventKind::Returned),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_operator_forced_open_is_out_whatever_the_cap() {
+        let config = PoolConfig::builder()
+            .max_ejection_percent(25)
+            .build()
+            .unwrap();
+        let (shared, endpoints, _) = pool(config, 4);
+        trip(&endpoints[0].1);
+        endpoints[3].1.handle().force_open();
+        use Status::*;
+        // The forced one is out (it is obeyed, and counts first); the cap has no room left
+        // for the tripped one.
+        let status = shared.status();
+        assert_eq!(statuses(&shared), [WouldEject, Serving, Serving, Ejected]);
+        assert_eq!(status.ejected, 1);
+    }
+
+    #[tokio::test]
+    async fn no_endpoint_goes_out_when_the_others_lack_the_headroom() {
+        let config = PoolConfig::builder()
+            .max_ejection_percent(50)
+            .endpoint_capacity(2)
+            .build()
+            .unwrap();
+        let (shared, endpoints, events) = pool(config, 4);
+        // Two calls in flight on each healthy endpoint (full), one on the sick one.
+        let held: Vec<Arc<()>> = endpoints[1..]
+            .iter()
+            .flat_map(|(slot, _)| [Arc::clone(&slot.flight), Arc::clone(&slot.flight)])
+            .chain([Arc::clone(&endpoints[0].0.flight)])
+            .collect();
+        trip(&endpoints[0].1);
+        let status = shared.status();
+        let reason = WouldEject::NoHeadroom {
+            headroom: 0,
+            share: 2,
+        };
+        assert_eq!(status.endpoints[0].status, Status::WouldEject);
+        assert_eq!(status.endpoints[0].would_eject, Some(reason));
+        assert_eq!(status.endpoints[1].in_flight, 2);
+        assert!(
+            reason
+                .to_string()
+                .contains("room for 0 calls, its share is 2")
+        );
+
+        // The calls finish: the others can take its share, and it goes out.
+        drop(held);
+        assert_eq!(shared.status().endpoints[0].status, Status::Ejected);
+        let last = events.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(
+            last.kind,
+            PoolEventKind::Ejected {
+                ejected: 1,
+                max_ejected: 2
+            }
+        );
+        assert_eq!(last.endpoint.as_deref(), Some("e0"));
     }
 }
