@@ -140,7 +140,7 @@ pub use self::config::{
 };
 pub use self::endpoint::{Admitted, Endpoint, EndpointBody, EndpointFuture, EndpointStage};
 pub use self::layer::{PoolDiscover, PoolLayer, PoolLayerBuilder};
-pub use self::shared::{EJECTED, ENDPOINTS, FAMILIES, MAX_EJECTED, PANIC, WOULD_EJECT};
+pub use self::shared::{EJECTED, ENDPOINTS, FAMILIES, MAX_EJECTED, PANIC, WOULD_EJECT, describe};
 pub use self::status::{
     EndpointStatus, PoolEvent, PoolEventKind, PoolHandle, PoolStatus, Status, WouldEject,
 };

@@ -158,13 +158,19 @@ pub const FAMILIES: &[Family] = &[
     },
 ];
 
+/// Describes the pool's families to the installed recorder, once per process; every pool
+/// does it when it registers its gauges.
+pub fn describe() {
+    static ONCE: Once = Once::new();
+    fusebox_classify::series::describe_once(&ONCE, FAMILIES);
+}
+
 impl PoolSeries {
     fn new(name: &str) -> Option<Self> {
         if !fusebox_classify::series::recording() {
             return None;
         }
-        static ONCE: Once = Once::new();
-        fusebox_classify::series::describe_once(&ONCE, FAMILIES);
+        describe();
         let b = SeriesBuilder::new(name);
         Some(PoolSeries {
             endpoints: b.gauge(ENDPOINTS, &[]),
