@@ -19,12 +19,11 @@ use std::time::Duration;
 use tower::discover::Change;
 use tower::{Service, ServiceExt};
 
+/// What an endpoint answers.
+type Answer = std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>>;
+
 /// An endpoint answering `status`.
-fn endpoint(
-    status: StatusCode,
-) -> tower::util::ServiceFn<
-    impl FnMut(Request<()>) -> std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>>,
-> {
+fn endpoint(status: StatusCode) -> tower::util::ServiceFn<impl FnMut(Request<()>) -> Answer> {
     tower::service_fn(move |_: Request<()>| {
         let mut response = Response::new(Empty::new());
         *response.status_mut() = status;
