@@ -389,3 +389,14 @@ async fn a_removed_endpoint_leaves_the_pool_and_its_share_of_the_cap() {
         "a removed endpoint takes no call"
     );
 }
+
+/// The balancer over a pool, its response future and its endpoints can move between
+/// threads (a multi-threaded runtime, a spawned task).
+#[test]
+fn the_pool_is_send() {
+    fn send<T: Send + 'static>() {}
+    send::<Pool>();
+    send::<<Pool as Service<Request<Full<Bytes>>>>::Future>();
+    send::<fusebox::pool::Endpoint<Forward>>();
+    send::<PoolHandle>();
+}

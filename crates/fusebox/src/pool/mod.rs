@@ -23,8 +23,10 @@
 //! - **The cap** ([`PoolConfigBuilder::max_ejection_percent`], default 10 %): at most that
 //!   share of the pool is out at once, rounded down, and at least one endpoint (so that a
 //!   pool of fewer than ten endpoints can eject at all). A tripped endpoint beyond the cap
-//!   stays in: the calls its breaker rejects are sent anyway, unrecorded, while its
-//!   breaker keeps cycling through its open wait and probes. It is reported as
+//!   stays in: the calls its breaker rejects are sent anyway, unrecorded (its breaker's
+//!   series count them as `not_permitted`: the breaker's view), while its breaker keeps
+//!   cycling through its open wait and probes, which are recorded and close it when they
+//!   succeed. It is reported as
 //!   [`Status::WouldEject`] (a [`PoolEvent`], a `tracing` warning, and the status), and is
 //!   ejected when room frees up while it is still tripped.
 //! - **The healthy panic** ([`PoolConfigBuilder::panic_threshold`], default 50 %): when
@@ -38,7 +40,14 @@
 //! the calls in flight; the event carries both numbers ([`WouldEject::NoHeadroom`]).
 //!
 //! An operator's forced open ([`BreakerHandle::force_open`](crate::BreakerHandle::force_open)
-//! on [`PoolHandle::breaker`]) is obeyed whatever the cap; it counts towards it.
+//! on [`PoolHandle::breaker`]) is obeyed whatever the cap and even in panic; it counts
+//! towards the cap first. Operator states that let calls through (disabled,
+//! metrics-only) count as healthy.
+//!
+//! The pool decides again whenever one of its breakers moves (a transition rings the
+//! pool) or an endpoint joins or leaves, the next time the balancer polls it; an endpoint
+//! tripped while its call was being dispatched may reject that one call with
+//! [`CircuitOpen`](crate::error::CircuitOpen) before the pool has decided.
 //!
 //! # Load
 //!
