@@ -76,7 +76,7 @@ async fn run() -> ExitCode {
     let ejected = Arc::new(AtomicBool::new(false));
     let returned = Arc::new(AtomicBool::new(false));
     let (e, r) = (Arc::clone(&ejected), Arc::clone(&returned));
-    let layer = breaker.and_then(|breaker| {
+    let layer = breaker.map(|breaker| {
         PoolLayer::builder(breaker)
             .on_event(move |event| {
                 let endpoint = event.endpoint.as_deref().unwrap_or("-");

@@ -81,7 +81,7 @@ fn a_healthy_pool_call_allocates_no_more_than_the_bare_balancer() {
         .minimum_calls(100)
         .build()
         .expect("a valid breaker config");
-    let layer = PoolLayer::builder(breaker).build().expect("a valid pool");
+    let layer = PoolLayer::builder(breaker).build();
     let handle = layer.handle();
     let mut pool = layer.balance(ServiceList::new(
         (0..ENDPOINTS).map(|_| endpoint()).collect::<Vec<_>>(),

@@ -84,8 +84,7 @@ async fn pool(
     let layer = PoolLayer::builder(breaker)
         .config(config)
         .on_event(move |e| seen.lock().expect("events lock").push(e.clone()))
-        .build()
-        .expect("a valid pool");
+        .build();
     let handle = layer.handle();
     let changes: Vec<_> = servers
         .iter()
@@ -356,9 +355,7 @@ async fn a_removed_endpoint_leaves_the_pool_and_its_share_of_the_cap() {
         TestServer::start(Reply::status(200)).await,
         TestServer::start(Reply::status(200)).await,
     ];
-    let layer = PoolLayer::builder(four_call_breaker("inventory").build().unwrap())
-        .build()
-        .unwrap();
+    let layer = PoolLayer::builder(four_call_breaker("inventory").build().unwrap()).build();
     let handle = layer.handle();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for s in &servers {

@@ -71,7 +71,7 @@ async fn the_pool_and_its_endpoints_have_their_series_and_a_removed_one_leaves()
         .open_wait(Duration::from_secs(60))
         .build()
         .unwrap();
-    let layer = PoolLayer::builder(breaker).build().unwrap();
+    let layer = PoolLayer::builder(breaker).build();
     let pool_handle = layer.handle();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     for (key, status) in [

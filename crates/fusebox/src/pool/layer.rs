@@ -6,7 +6,7 @@ use super::endpoint::Endpoint;
 use super::shared::{PoolListener, Shared, Slot};
 use super::status::{PoolEvent, PoolHandle};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
-use fusebox_classify::{BoxError, Classifier, ConfigError, RouteTable, StandardClassifier};
+use fusebox_classify::{BoxError, Classifier, RouteTable, StandardClassifier};
 use futures_util::Stream;
 use std::fmt;
 use std::pin::Pin;
@@ -134,12 +134,13 @@ impl<C: Classifier> PoolLayerBuilder<C> {
         self
     }
 
-    /// The layer.
-    pub fn build(self) -> Result<PoolLayer<C>, ConfigError> {
-        Ok(PoolLayer {
+    /// The layer. Nothing is left to check: the breaker's configuration and the pool's
+    /// ([`PoolConfig::builder`]) were validated when they were built.
+    pub fn build(self) -> PoolLayer<C> {
+        PoolLayer {
             shared: Arc::new(Shared::new(self.config, self.breaker, self.listeners)),
             table: self.table,
-        })
+        }
     }
 }
 

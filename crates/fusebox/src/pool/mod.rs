@@ -106,7 +106,7 @@
 //!     .open_wait(Duration::from_secs(10))
 //!     .open_wait_jitter(Duration::ZERO)
 //!     .build()?;
-//! let pool = PoolLayer::builder(breaker).build()?;
+//! let pool = PoolLayer::builder(breaker).build();
 //! let handle = pool.handle();
 //!
 //! let endpoint = |status: StatusCode| {

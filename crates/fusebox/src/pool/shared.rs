@@ -371,8 +371,11 @@ impl Shared {
                         ejected,
                         max_ejected: cap,
                     }),
+                    // Told when it is first kept in, and when the kind of reason changes
+                    // (not each time the numbers behind it do).
                     Status::WouldEject
-                        if e.status != Status::WouldEject || e.reason != reasons[i] =>
+                        if e.status != Status::WouldEject
+                            || e.reason.map(|r| r.as_str()) != reasons[i].map(|r| r.as_str()) =>
                     {
                         reasons[i].map(|reason| PoolEventKind::WouldEject { reason })
                     }

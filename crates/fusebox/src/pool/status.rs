@@ -130,7 +130,8 @@ pub enum PoolEventKind {
         max_ejected: usize,
     },
     /// The endpoint's breaker tripped but the pool keeps it in (or keeps it in for
-    /// another reason than before).
+    /// another kind of reason than before: the numbers of a reason may change without a new
+    /// event, and the status always has the current ones).
     WouldEject {
         /// Why.
         reason: WouldEject,
