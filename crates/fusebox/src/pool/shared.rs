@@ -707,6 +707,13 @@ mod tests {
                 .to_string()
                 .contains("room for 0 calls, its share is 2")
         );
+        let told = events.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(
+            told.kind,
+            PoolEventKind::WouldEject { reason },
+            "the event has the numbers"
+        );
+        assert_eq!(told.endpoint.as_deref(), Some("e0"));
 
         // The calls finish: the others can take its share, and it goes out.
         drop(held);
