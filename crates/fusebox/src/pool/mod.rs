@@ -26,9 +26,9 @@
 //!   stays in: the calls its breaker rejects are sent anyway, unrecorded (its breaker's
 //!   series count them as `not_permitted`: the breaker's view), while its breaker keeps
 //!   cycling through its open wait and probes, which are recorded and close it when they
-//!   succeed. It is reported as
-//!   [`Status::WouldEject`] (a [`PoolEvent`], a `tracing` warning, and the status), and is
-//!   ejected when room frees up while it is still tripped.
+//!   succeed. It is reported as [`Status::WouldEject`] (a [`PoolEvent`], a `tracing`
+//!   warning, and the status), and is ejected when room frees up while it is still
+//!   tripped.
 //! - **The healthy panic** ([`PoolConfigBuilder::panic_threshold`], default 50 %): when
 //!   fewer than that share of the endpoints have a closed breaker, the pool ejects nothing
 //!   and uses every endpoint until enough have recovered — spreading the load over a sick
@@ -51,8 +51,9 @@
 //!
 //! # Load
 //!
-//! An endpoint's [`Load`](tower::load::Load) is its calls in flight, counted from
-//! admission to the response head (tower's `PendingRequests` measure). Not `PeakEwma`:
+//! An endpoint's [`Load`](tower::load::Load) is its calls in flight, each counted from its
+//! admission until its response future completes or is dropped (what tower's
+//! `PendingRequests` counts with `CompleteOnResponse`). Not `PeakEwma`:
 //! the breaker already answers for latency and failures (a slow endpoint trips on its
 //! slow-call rate), a latency average would read the clock on every call, and calls in
 //! flight are what the capacity check compares with the endpoints' capacity.
@@ -61,7 +62,9 @@
 //!
 //! On the healthy path the pool adds two atomic loads to each `poll_ready` (the
 //! endpoint's mode and whether any breaker moved) and one reference count to each call
-//! (its load): no lock, no allocation, no formatting (`tests/tests/alloc_pool.rs`).
+//! (its load): no lock, no allocation, no formatting (`tests/tests/alloc_pool.rs`). A call
+//! through the pool costs what a call through tower's balancer over endpoints that each
+//! have a breaker costs (the `pool` bench; `docs/performance.md`, section 8).
 //! The decision — which endpoints are out — is made again only when a breaker moves or
 //! the pool changes, under a lock, on the task that polls the balancer.
 //!
