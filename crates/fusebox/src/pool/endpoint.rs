@@ -194,7 +194,12 @@ impl<S, C> Endpoint<S, C> {
                 State::ForcedOpen => return Poll::Pending,
                 _ => return Poll::Ready(()),
             };
-            let deadline = Instant::now() + recheck;
+            // A wait past the end of tokio's time (a configured wait of centuries): look
+            // again in a day, not a panic.
+            let now = Instant::now();
+            let deadline = now
+                .checked_add(recheck)
+                .unwrap_or_else(|| now + Duration::from_secs(86_400));
             let sleep = match &mut self.sleep {
                 Some(sleep) => {
                     sleep.as_mut().reset(deadline);
