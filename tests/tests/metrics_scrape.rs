@@ -163,10 +163,14 @@ async fn a_scrape_of_two_policies_and_a_keyed_one_has_every_family_with_unmixed_
     let first = handle.render();
     let lines = parse(&first);
 
-    // Every family is there, with its HELP and TYPE lines (the Redis store's and the
-    // incoming-deadline counter's need a Redis store and a malformed header).
+    // Every family is there, with its HELP and TYPE lines (the Redis store's, the pool's
+    // and the incoming-deadline counter's need a Redis store, a balanced pool and a
+    // malformed header; `pool_metrics` scrapes the pool's).
     for f in fm::families() {
-        if f.name.starts_with("fusebox_redis_") || f.name == fm::DEADLINE_MALFORMED_TOTAL {
+        if f.name.starts_with("fusebox_redis_")
+            || f.name.starts_with("fusebox_pool_")
+            || f.name == fm::DEADLINE_MALFORMED_TOTAL
+        {
             continue;
         }
         assert!(

@@ -5,7 +5,7 @@ use crate::config::CircuitBreakerConfig;
 use crate::events::{BreakerEvent, EventSink, Listener};
 use crate::keyed::{KeyFn, KeyedCircuitBreakerLayer, KeyedShared};
 use crate::plain::PlainCircuitBreakerLayer;
-use crate::service::CircuitBreaker;
+use crate::service::{BreakerStage, CircuitBreaker};
 use crate::spread::KeySpreadGate;
 use crate::store::{InMemory, MakeStore, MemoryStore, Store, StoreSpec};
 use fusebox_classify::{Classifier, Clock, ConfigError, RouteTable, StandardClassifier, Validator};
@@ -57,6 +57,7 @@ impl CircuitBreakerLayer {
             idle_timeout: Duration::from_secs(600),
             expose: false,
             gate: None,
+            key: None,
         }
     }
 }
@@ -65,6 +66,12 @@ impl<C: Classifier, St: Store> CircuitBreakerLayer<C, St> {
     /// An operator's handle on the breaker.
     pub fn handle(&self) -> BreakerHandle {
         BreakerHandle::new(self.breaker.shared().clone())
+    }
+
+    /// The breaker's per-call logic as a stage (see `fusebox_classify::stage`), for a
+    /// service that runs it with stages of its own (a pool's endpoint does).
+    pub fn stage(&self) -> BreakerStage<C, St> {
+        BreakerStage::new(Arc::clone(&self.breaker))
     }
 
     /// The same breaker, for services that do not speak HTTP: any request type, an `Ok`
@@ -94,6 +101,7 @@ pub struct CircuitBreakerLayerBuilder<C = StandardClassifier, M = InMemory> {
     idle_timeout: Duration,
     expose: bool,
     gate: Option<KeySpreadGate>,
+    key: Option<Arc<str>>,
 }
 
 impl<C, M: fmt::Debug> fmt::Debug for CircuitBreakerLayerBuilder<C, M> {
@@ -123,6 +131,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             idle_timeout: self.idle_timeout,
             expose: self.expose,
             gate: self.gate,
+            key: self.key,
         }
     }
 
@@ -137,6 +146,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
             idle_timeout: self.idle_timeout,
             expose: self.expose,
             gate: self.gate,
+            key: self.key,
         }
     }
 
@@ -178,6 +188,17 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
         self
     }
 
+    /// Makes the layer's one breaker stand for `key` of its dependency, as one key of a
+    /// keyed breaker does: its events, its [`CircuitOpen`](crate::CircuitOpen) rejections
+    /// and its metric series carry the key (the series' `key` label, see
+    /// [`events`](crate::events)), while its name stays the dependency's. For a breaker
+    /// per endpoint of a pool, where the caller, not a key function, picks the breaker.
+    /// Ignored by [`build_keyed`](Self::build_keyed), whose keys come from its key function.
+    pub fn key(mut self, key: impl Into<Arc<str>>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
     /// For keyed breakers: a key unused for about this long is evicted (default 10 min).
     pub fn idle_timeout(mut self, idle: Duration) -> Self {
         self.idle_timeout = idle;
@@ -197,10 +218,14 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
     fn assemble(self) -> CircuitBreakerLayer<C, M::Store> {
         let clock = Clock::new();
         let config = Arc::new(self.config);
-        let events = EventSink::new(Arc::clone(&config.name), self.listeners);
+        let mut events = EventSink::new(Arc::clone(&config.name), self.listeners);
+        if let Some(key) = &self.key {
+            // The key's own series and events, as one key of a keyed breaker has.
+            events = events.for_key(Arc::clone(key));
+        }
         let store = self.make.make_store(StoreSpec {
             config: Arc::clone(&config),
-            key: None,
+            key: self.key.clone(),
             clock,
             events: events.clone(),
         });
@@ -211,7 +236,7 @@ impl<C: Classifier, M: MakeStore> CircuitBreakerLayerBuilder<C, M> {
                     store,
                     clock,
                     Arc::clone(&config.name),
-                    None,
+                    self.key,
                     events,
                     config.count_overloaded,
                 )

@@ -1050,3 +1050,38 @@ async fn hot_shards_open_their_own_breakers_not_the_dependency() {
     rounds(&mut svc, &keys, &most, 3).await;
     assert_eq!(dependency_handle.state(), State::Open);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_built_for_a_key_names_it_in_its_rejections_events_and_handle() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&events);
+    let layer = CircuitBreakerLayer::builder(config().build().unwrap())
+        .key("10.0.0.7:8080")
+        .on_event(move |e| seen.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap();
+    let handle = layer.handle();
+    assert_eq!(
+        (handle.name(), handle.key()),
+        ("dep", Some("10.0.0.7:8080"))
+    );
+
+    let breaker = layer.layer(());
+    for _ in 0..4 {
+        let mut guard = breaker.admit(&req("/")).unwrap();
+        let verdict = guard
+            .classify_response(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new())
+            .unwrap();
+        guard.finish_in_place(verdict);
+    }
+    let open = breaker.admit(&req("/")).unwrap_err();
+    assert_eq!(open.breaker(), "dep");
+    assert_eq!(open.key(), Some("10.0.0.7:8080"));
+    let events = events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].key.as_deref(), Some("10.0.0.7:8080"));
+
+    // Its stage is the same breaker.
+    let stage = layer.stage();
+    assert!(stage.admit_request(&req("/")).is_err());
+}

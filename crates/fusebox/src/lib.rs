@@ -29,6 +29,7 @@
 //! | `hyper-rustls` | `fusebox::hyper` over HTTPS: rustls on `ring`, the platform's roots or your own |
 //! | `tower-http` | `fusebox::classify::tower_http`: a tower-http `ClassifyResponse` as a fusebox classifier |
 //! | `redis` | `fusebox::redis`: breaker state shared by a fleet, for a `Policy` or a breaker layer |
+//! | `balance` | `fusebox::pool`: a breaker per endpoint of tower's p2c balancer, with a cap on ejection and a healthy-panic threshold |
 //! | `serde` | `Deserialize` for every layer's configuration |
 //! | `full` | all of the above |
 //!
@@ -147,6 +148,13 @@ pub use crate::policy::{
     BreakerStore, Fallback, FallbackContext, FallbackReason, KeyBy, Policy, PolicyBody,
     PolicyBuilder, PolicyService, RecoveryRamp,
 };
+
+#[cfg(feature = "balance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
+pub mod pool;
+#[cfg(feature = "balance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "balance")))]
+pub use crate::pool::{PoolConfig, PoolHandle, PoolLayer};
 
 #[cfg(feature = "policy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "policy")))]

@@ -54,8 +54,14 @@
 //! | `fusebox_redis_resyncs_total` | counter | `dependency`, `key`² | Redis store: returns to the fleet's state |
 //! | `fusebox_redis_dropped_outcomes_total` | counter | `dependency`, `key`² | Redis store: outcomes it could not send |
 //! | `fusebox_redis_connected` | gauge | `dependency`, `key`² | Redis store: 1 while Redis answers, 0 while falling back |
+//! | `fusebox_pool_endpoints` | gauge | `dependency` | pool: endpoints in the balanced pool |
+//! | `fusebox_pool_ejected` | gauge | `dependency` | pool: endpoints ejected now |
+//! | `fusebox_pool_max_ejected` | gauge | `dependency` | pool: the most that may be ejected at once |
+//! | `fusebox_pool_would_eject` | gauge | `dependency` | pool: tripped endpoints kept in (cap, panic, headroom) |
+//! | `fusebox_pool_panic` | gauge | `dependency` | pool: 1 while too few endpoints are healthy and every one is used |
 //!
-//! ¹ keyed breakers only. ² a keyed breaker's key shared on Redis.
+//! ¹ keyed breakers, and each endpoint's breaker of a pool (`fusebox::pool`, feature
+//! `balance`): the endpoint's key. ² a keyed breaker's key shared on Redis.
 //!
 //! The same table as code is [`families`]: name, kind, labels and HELP text of each.
 //!
@@ -128,7 +134,7 @@ pub use fusebox_classify::series::{DEPENDENCY, Kind, keep_alive};
 
 /// Every family fusebox records, by layer: name, kind, labels and HELP text (the table
 /// above as code, for tests and tools). The Redis store's are included with the `redis`
-/// feature.
+/// feature, the pool's with the `balance` feature.
 pub fn families() -> impl Iterator<Item = &'static Family> {
     let layers: [&'static [Family]; 5] = [
         fusebox_breaker::events::FAMILIES,
@@ -141,7 +147,11 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
     let redis: &'static [Family] = fusebox_redis::telemetry::FAMILIES;
     #[cfg(not(feature = "redis"))]
     let redis: &'static [Family] = &[];
-    layers.into_iter().chain([redis]).flatten()
+    #[cfg(feature = "balance")]
+    let pool: &'static [Family] = crate::pool::FAMILIES;
+    #[cfg(not(feature = "balance"))]
+    let pool: &'static [Family] = &[];
+    layers.into_iter().chain([redis, pool]).flatten()
 }
 
 /// Describes every family (HELP and TYPE) to the installed recorder. Layers describe their
@@ -154,6 +164,8 @@ pub fn describe() {
     describe_policy();
     #[cfg(feature = "redis")]
     fusebox_redis::telemetry::describe();
+    #[cfg(feature = "balance")]
+    crate::pool::describe();
 }
 
 /// Describes the policy's own families once.
