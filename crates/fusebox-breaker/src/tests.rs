@@ -815,19 +815,19 @@ impl Sharded {
     }
 }
 
-impl Service<Request<()>> for Sharded {
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = std::future::Ready<Result<Response<Body>, Infallible>>;
-
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        std::task::Poll::Ready(Ok(()))
+impl Sharded {
+    /// The dependency as a service.
+    fn service(
+        &self,
+    ) -> impl Service<Request<()>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone
+    {
+        let dep = self.clone();
+        tower::service_fn(move |request: Request<()>| {
+            std::future::ready(Ok::<_, Infallible>(dep.answer(&request)))
+        })
     }
 
-    fn call(&mut self, request: Request<()>) -> Self::Future {
+    fn answer(&self, request: &Request<()>) -> Response<Body> {
         let asked = request
             .headers()
             .get("x-shard")
@@ -840,7 +840,7 @@ impl Service<Request<()>> for Sharded {
             .find(|(from, _)| *from == asked)
             .map_or(asked.clone(), |(_, to)| to.to_string());
         let hot = self.hot.lock().unwrap().contains(&serving);
-        let response = if hot {
+        if hot {
             Response::builder()
                 .status(503)
                 .header("x-shard", serving)
@@ -848,8 +848,7 @@ impl Service<Request<()>> for Sharded {
                 .unwrap()
         } else {
             status(200)
-        };
-        std::future::ready(Ok(response))
+        }
     }
 }
 
@@ -861,7 +860,7 @@ async fn an_answer_counts_against_the_key_it_names() {
         .build_keyed(by_shard())
         .unwrap();
     let handle = layer.handle();
-    let mut svc = layer.layer(dep);
+    let mut svc = layer.layer(dep.service());
     for _ in 0..4 {
         assert_eq!(
             call_shard(&mut svc, "s1").await.unwrap(),
@@ -1007,7 +1006,7 @@ async fn hot_shards_open_their_own_breakers_not_the_dependency() {
         .build()
         .unwrap();
     let dependency_handle = gated.handle();
-    let mut svc = gated.layer(keyed.layer(dep.clone()));
+    let mut svc = gated.layer(keyed.layer(dep.service()));
     // Every key is seen healthy first: with fewer keys than `min_keys` held, the gate
     // cannot tell a hot key from a dead dependency, and counts every failure.
     assert_eq!(rounds(&mut svc, &keys, &[], 1).await, 0);
@@ -1037,7 +1036,7 @@ async fn hot_shards_open_their_own_breakers_not_the_dependency() {
         .unwrap();
     let plain = CircuitBreakerLayer::new(dependency().build().unwrap());
     let plain_handle = plain.handle();
-    let mut ungated = plain.layer(keyed.layer(dep.clone()));
+    let mut ungated = plain.layer(keyed.layer(dep.service()));
     dep.set_hot(Vec::new());
     rounds(&mut ungated, &keys, &[], 1).await;
     dep.set_hot(hot.clone());
