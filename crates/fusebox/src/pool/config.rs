@@ -131,12 +131,13 @@ impl PoolConfigBuilder {
 /// The most endpoints of a pool of `endpoints` that may be out at once: `percent` of the
 /// pool rounded down, and at least one endpoint of a pool that has any (the minimum that
 /// lets a small pool eject at all; the panic threshold keeps it from ejecting the last
-/// healthy endpoint).
+/// healthy endpoint); never more than the pool, whatever `percent` (above 100 reads as
+/// 100).
 pub fn max_ejected(endpoints: usize, percent: u8) -> usize {
     if endpoints == 0 {
         return 0;
     }
-    (endpoints.saturating_mul(usize::from(percent)) / 100).max(1)
+    (endpoints.saturating_mul(usize::from(percent.min(100))) / 100).clamp(1, endpoints)
 }
 
 /// Whether a pool of `endpoints` with `healthy` of them healthy is in panic: fewer than
@@ -225,5 +226,46 @@ mod tests {
         let ok = PoolConfig::builder().build().unwrap();
         assert_eq!(ok, PoolConfig::default());
         assert_eq!((ok.max_ejection_percent(), ok.panic_threshold()), (10, 50));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_numbers_give_a_cap_a_panic_and_a_headroom_answer_without_panicking(
+            endpoints in proptest::prelude::any::<usize>(),
+            healthy in proptest::prelude::any::<usize>(),
+            percent in proptest::prelude::any::<u8>(),
+            headroom in proptest::prelude::any::<u64>(),
+            in_flight in proptest::prelude::any::<u64>(),
+            serving in proptest::prelude::any::<u64>(),
+        ) {
+            let cap = max_ejected(endpoints, percent);
+            proptest::prop_assert!(cap <= endpoints, "never more than the pool");
+            if endpoints > 0 {
+                proptest::prop_assert!(cap >= 1, "at least one endpoint may go");
+            }
+            let _ = in_panic(healthy, endpoints, percent);
+            let needed = share(in_flight, serving);
+            proptest::prop_assert!(needed <= in_flight.max(1));
+            proptest::prop_assert_eq!(absorbs(headroom, in_flight, serving), headroom >= needed);
+            // Any settings either build or name their field.
+            match PoolConfig::builder()
+                .max_ejection_percent(percent)
+                .panic_threshold(percent)
+                .endpoint_capacity(headroom as u32)
+                .build()
+            {
+                Ok(config) => {
+                    proptest::prop_assert!(config.max_ejected(endpoints) <= endpoints);
+                }
+                Err(e) => {
+                    for p in e.problems() {
+                        proptest::prop_assert!(
+                            ["max_ejection_percent", "panic_threshold", "endpoint_capacity"]
+                                .contains(&p.path())
+                        );
+                    }
+                }
+            }
+        }
     }
 }
