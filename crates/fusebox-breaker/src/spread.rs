@@ -52,16 +52,22 @@ pub const MAX_ANSWER_KEY_LEN: usize = 23;
 /// empty, longer than [`MAX_ANSWER_KEY_LEN`] bytes, or holds a byte that is not visible
 /// ASCII. Never allocates and never panics, whatever the bytes.
 pub fn answer_key(headers: &HeaderMap, name: &HeaderName) -> Option<SmolStr> {
-    let value = headers.get(name)?.as_bytes();
-    let value = value.trim_ascii();
-    if value.is_empty()
-        || value.len() > MAX_ANSWER_KEY_LEN
-        || !value.iter().all(|b| b.is_ascii_graphic())
-    {
+    header_text(headers, name)
+        .filter(|text| !text.is_empty() && text.len() <= MAX_ANSWER_KEY_LEN)
+        .map(SmolStr::new)
+}
+
+/// The first value of header `name` in `headers`, trimmed of surrounding spaces and tabs,
+/// when it is all visible ASCII (possibly empty); `None` when absent or when it holds
+/// another byte. The one reading of a key from a header: an answer's
+/// ([`answer_key`]) and a request's (a policy keyed by a header). Never allocates.
+pub fn header_text<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
+    let value = headers.get(name)?.as_bytes().trim_ascii();
+    if !value.iter().all(|b| b.is_ascii_graphic()) {
         return None;
     }
     // Visible ASCII is valid UTF-8.
-    std::str::from_utf8(value).ok().map(SmolStr::new)
+    std::str::from_utf8(value).ok()
 }
 
 /// Whether failures are spread over enough keys to count against a dependency-wide

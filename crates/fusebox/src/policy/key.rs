@@ -1,6 +1,6 @@
 //! Which breaker a call belongs to, when a policy keeps one breaker per key.
 
-use fusebox_breaker::spread::answer_key;
+use fusebox_breaker::spread::{answer_key, header_text};
 use fusebox_breaker::{KeyFn, RequestHead, host_key};
 use fusebox_classify::RouteId;
 use http::{HeaderMap, HeaderName};
@@ -108,14 +108,7 @@ impl KeyBy {
 /// A request header's value as a key: trimmed, the empty key when absent or not visible
 /// ASCII.
 fn header_value(headers: &HeaderMap, name: &HeaderName) -> SmolStr {
-    let Some(value) = headers.get(name) else {
-        return SmolStr::default();
-    };
-    let value = value.as_bytes().trim_ascii();
-    if !value.iter().all(|b| b.is_ascii_graphic()) {
-        return SmolStr::default();
-    }
-    std::str::from_utf8(value)
+    header_text(headers, name)
         .map(SmolStr::new)
         .unwrap_or_default()
 }
