@@ -443,6 +443,13 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         self.meta.call(&self.breaker.table)
     }
 
+    /// Whether this call is a half-open probe not yet recorded: dropped now, it would give
+    /// its permit back without an event.
+    #[inline]
+    pub fn is_pending_probe(&self) -> bool {
+        !self.done && self.permit.kind == crate::state::PermitKind::Probe
+    }
+
     /// Classifies a response head with the call's route's classifier: a verdict now, or
     /// `None` when it waits for the trailers.
     #[inline]

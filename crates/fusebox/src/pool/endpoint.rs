@@ -1,7 +1,7 @@
 //! One endpoint of a pool: the inner service behind its own breaker, kept out of the
 //! balancer's choice while the pool has ejected it.
 
-use super::shared::{EJECT, PASS, Slot};
+use super::shared::{EJECT, Flight, PASS, Slot};
 use fusebox_breaker::compose::{EosRecorder, Guard};
 use fusebox_breaker::{BreakerStage, MemoryStore, State};
 use fusebox_classify::context::Scope;
@@ -55,7 +55,19 @@ impl<C> fmt::Debug for EndpointStage<C> {
 /// breaker the pool keeps in) and its count in the endpoint's load.
 pub struct Admitted<C: Classifier> {
     guard: Option<Guard<C, MemoryStore>>,
-    _in_flight: Arc<()>,
+    flight: Arc<Flight>,
+}
+
+impl<C: Classifier> Drop for Admitted<C> {
+    fn drop(&mut self) {
+        // A probe cancelled before its answer (the caller's timeout, say) goes back to the
+        // budget without a breaker event: without this, a balancer waiting on an ejected
+        // endpoint whose budget was full would look again only when the half-open wait
+        // ends, and a pool whose every endpoint is out would sit idle that long.
+        if self.guard.as_ref().is_some_and(Guard::is_pending_probe) {
+            self.flight.probe_given_back();
+        }
+    }
 }
 
 impl<C: Classifier> fmt::Debug for Admitted<C> {
@@ -82,7 +94,7 @@ impl<B, C: Classifier> Stage<Request<B>> for EndpointStage<C> {
         };
         Admit::Ready(Admitted {
             guard,
-            _in_flight: Arc::clone(&self.slot.flight),
+            flight: Arc::clone(&self.slot.flight),
         })
     }
 

@@ -13,7 +13,9 @@
 //! and picks among the others; when the wait ends it is ready again, and while its breaker
 //! is HALF_OPEN it is ready only while the probe budget has room, so the probes go to that
 //! endpoint and nowhere else. A successful probe run closes the breaker and the endpoint
-//! serves again.
+//! serves again. A probe whose caller gives up before the answer (a timeout above the
+//! balancer, say) goes back to the budget, and the endpoint wakes the balancer so that
+//! another call can probe at once — with every endpoint out, nothing else would.
 //!
 //! # How much may go
 //!
@@ -37,7 +39,10 @@
 //! With an [`endpoint_capacity`](PoolConfigBuilder::endpoint_capacity) (how many calls
 //! one endpoint takes at once), a tripped endpoint is also kept in when the endpoints left
 //! serving lack the headroom (their capacity minus their calls in flight) for its share of
-//! the calls in flight; the event carries both numbers ([`WouldEject::NoHeadroom`]).
+//! the calls in flight; the event carries both numbers ([`WouldEject::NoHeadroom`]). The
+//! headroom decides whether an endpoint goes out, not whether it stays out: once out, its
+//! calls land on the others and use up their headroom, and judging it again would let it
+//! back in and send it out by turns. It returns when its breaker closes.
 //!
 //! An operator's forced open ([`BreakerHandle::force_open`](crate::BreakerHandle::force_open)
 //! on [`PoolHandle::breaker`]) is obeyed whatever the cap and even in panic; it counts

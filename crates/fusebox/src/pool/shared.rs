@@ -30,7 +30,7 @@ pub(crate) struct Slot {
     /// [`SERVE`], [`PASS`] or [`EJECT`]: read by the endpoint on every `poll_ready`.
     mode: AtomicU8,
     /// One count per call in flight, plus this one: the endpoint's load.
-    pub(crate) flight: Arc<()>,
+    pub(crate) flight: Arc<Flight>,
     /// The signal its breaker's events ring.
     pub(crate) signal: Arc<Signal>,
 }
@@ -51,7 +51,7 @@ impl Slot {
             key,
             handle,
             mode: AtomicU8::new(SERVE),
-            flight: Arc::new(()),
+            flight: Arc::new(Flight(Arc::clone(&signal))),
             signal,
         }
     }
@@ -65,6 +65,21 @@ impl Slot {
     #[inline]
     pub(crate) fn in_flight(&self) -> usize {
         Arc::strong_count(&self.flight) - 1
+    }
+}
+
+/// What a call in flight holds of its endpoint: its count in the load (one reference), and
+/// the way to wake the balancer waiting on the endpoint when the call gives back a probe.
+#[derive(Debug)]
+pub(crate) struct Flight(Arc<Signal>);
+
+impl Flight {
+    /// A probe went back unrecorded (its call was dropped): the breaker tells no one, so
+    /// wake the balancer waiting on the endpoint, which may send another probe now rather
+    /// than when the half-open wait ends.
+    #[cold]
+    pub(crate) fn probe_given_back(&self) {
+        self.0.waker.wake();
     }
 }
 
@@ -331,7 +346,11 @@ impl Shared {
                     });
                     continue;
                 }
-                if let Some(capacity) = self.config.endpoint_capacity() {
+                // The headroom decides whether an endpoint goes out, not whether it stays
+                // out: once out, its calls are on the others, whose headroom then shows
+                // them — judged again, it would be let back in and sent out by turns.
+                let already_out = matches!(d.entries[i].status, Status::Ejected | Status::Probing);
+                if let Some(capacity) = self.config.endpoint_capacity().filter(|_| !already_out) {
                     let (headroom, in_flight, serving) = headroom(&d.entries, &out, i, capacity);
                     if !absorbs(headroom, in_flight, serving) {
                         reasons[i] = Some(WouldEject::NoHeadroom {
@@ -688,7 +707,7 @@ mod tests {
             .unwrap();
         let (shared, endpoints, events) = pool(config, 4);
         // Two calls in flight on each healthy endpoint (full), one on the sick one.
-        let held: Vec<Arc<()>> = endpoints[1..]
+        let held: Vec<Arc<Flight>> = endpoints[1..]
             .iter()
             .flat_map(|(slot, _)| [Arc::clone(&slot.flight), Arc::clone(&slot.flight)])
             .chain([Arc::clone(&endpoints[0].0.flight)])
@@ -727,5 +746,32 @@ mod tests {
             }
         );
         assert_eq!(last.endpoint.as_deref(), Some("e0"));
+    }
+
+    #[tokio::test]
+    async fn an_ejected_endpoint_stays_out_when_its_calls_fill_the_others() {
+        let config = PoolConfig::builder()
+            .max_ejection_percent(50)
+            .endpoint_capacity(2)
+            .build()
+            .unwrap();
+        let (shared, endpoints, events) = pool(config, 4);
+        // Idle survivors: room for its share, and it goes out.
+        trip(&endpoints[0].1);
+        assert_eq!(shared.status().endpoints[0].status, Status::Ejected);
+        // Its calls now fill the others (two in flight on each: no headroom left).
+        let held: Vec<Arc<Flight>> = endpoints[1..]
+            .iter()
+            .flat_map(|(slot, _)| [Arc::clone(&slot.flight), Arc::clone(&slot.flight)])
+            .collect();
+        let status = shared.status();
+        assert_eq!(status.endpoints[1].in_flight, 2);
+        assert_eq!(
+            status.endpoints[0].status,
+            Status::Ejected,
+            "it stays out until its breaker moves"
+        );
+        assert_eq!(events.lock().unwrap().len(), 1, "one event: the ejection");
+        drop(held);
     }
 }
