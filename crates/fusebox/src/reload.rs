@@ -377,6 +377,12 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         "a keyed breaker's key limits are fixed when it is built",
     );
     d.rebuild(
+        "breaker.spread",
+        &old.settings.spread,
+        &new.settings.spread,
+        "the dependency-wide breaker gated by the keys' spread is fixed when the policy is built",
+    );
+    d.rebuild(
         "breaker.window",
         &cur.window(),
         &to_cfg.window(),
@@ -393,11 +399,8 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         .map(Arc::new);
     // Whether the store takes settings in place (the memory store does): giving it its
     // own settings changes nothing and says so.
-    let supported = identity_kept
-        && !matches!(
-            reconfigure(&old.breaker, &cur),
-            Err(Reconfigure::Unsupported)
-        );
+    let supported =
+        identity_kept && !matches!(reconfigure(old, &cur), Err(Reconfigure::Unsupported));
     let effect = if !identity_kept {
         Effect::NeedsRebuild(IDENTITY)
     } else if !supported {
@@ -433,7 +436,7 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
     );
     if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, &next)
         && d.changes.len() > before
-        && reconfigure(&old.breaker, next).is_err()
+        && reconfigure(old, next).is_err()
     {
         // Refusals were found above; a store that refuses now keeps its settings.
         for c in &mut d.changes[before..] {
@@ -442,15 +445,22 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
     }
 }
 
-/// Gives `config` to the running breaker; with `config` its own settings, a no-op that
-/// says whether the store can take settings in place.
+/// Gives `config` to the running breaker (and to the dependency-wide breaker gated by its
+/// keys, which has the same settings); with `config` its own settings, a no-op that says
+/// whether the store can take settings in place.
 fn reconfigure<C: Classifier>(
-    breaker: &BreakerLayer<C>,
+    old: &Shared<C>,
     config: &Arc<CircuitBreakerConfig>,
 ) -> Result<(), Reconfigure> {
-    match breaker {
+    match &old.breaker {
         BreakerLayer::Single(b) => b.handle().reconfigure(config),
-        BreakerLayer::Keyed(b) => b.handle().reconfigure(config),
+        BreakerLayer::Keyed(b) => {
+            b.handle().reconfigure(config)?;
+            match &old.dependency {
+                Some(d) => d.handle().reconfigure(config),
+                None => Ok(()),
+            }
+        }
         BreakerLayer::Off => Ok(()),
     }
 }
