@@ -7,7 +7,7 @@
 //!
 //! | what | in place | how |
 //! |---|---|---|
-//! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end |
+//! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end. A keyed breaker's dependency-wide breaker (`breaker.spread`) takes them too |
 //! | the same, for a breaker whose state is on Redis | yes | the store swaps the arguments every call sends the fleet's script, the probe budget and waits the replica reads, the jitter of its next opening and the fallback breaker's settings; the connection, the scope and the fleet's state are kept. Each replica sends its own settings: reload every replica |
 //! | the breaker's window (kind or size) | no | its calls cannot move to another window: reported, the rest of the breaker's settings still apply |
 //! | the timeout of routes without one, each route's own timeout | yes, for the same routes | the timeout stage reads them per call |
@@ -18,7 +18,7 @@
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
 //! | routes added or removed, a route's matcher, classifier rules, slow-call threshold, `retry` or `idempotent` | no | every layer reads the one route table it was built with, resolving the route on its own: a table swapped under them would need each stage to load it once per call, which is the per-call path being reworked; reported as needing a rebuild |
-//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
+//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, the keys' spread (`breaker.spread`), store, fallback routes, recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
 //! they started with. Nothing applied can fail a call. The [`Reload`] report says what

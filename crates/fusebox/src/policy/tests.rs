@@ -676,3 +676,29 @@ fn a_spread_needs_a_keyed_breaker() {
         .unwrap();
     assert!(keyed.breaker_handle().is_none() && keyed.key_spread().is_none());
 }
+
+#[test]
+fn a_reload_reconfigures_both_breakers_and_a_new_spread_needs_a_rebuild() {
+    let policy = |threshold: u32, spread: KeySpread| {
+        Policy::builder("p")
+            .circuit_breaker(CircuitBreakerConfig::builder().failure_rate_threshold(threshold))
+            .breaker_key(KeyBy::Host)
+            .key_spread(spread)
+            .build()
+            .unwrap()
+    };
+    let running = policy(50, KeySpread::default());
+    let report = running.reload(&policy(25, KeySpread::default()));
+    assert!(report.is_complete(), "{report}");
+    let threshold = |h: Option<fusebox_breaker::BreakerHandle>| {
+        h.and_then(|h| h.config())
+            .map(|c| c.failure_rate_threshold())
+    };
+    assert_eq!(threshold(running.breaker_handle()), Some(25));
+    let keys = running.keyed_breaker_handle().unwrap();
+    assert_eq!(keys.config().failure_rate_threshold(), 25);
+
+    let report = running.diff(&policy(25, KeySpread::new(0.75, 2).unwrap()));
+    let rebuild: Vec<&str> = report.needs_rebuild().map(|c| c.path.as_str()).collect();
+    assert_eq!(rebuild, ["breaker.spread"]);
+}
