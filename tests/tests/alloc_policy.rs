@@ -12,7 +12,8 @@
 
 use bytes::Bytes;
 use fusebox::{
-    CircuitBreakerConfig, Fallback, KeyBy, Policy, RecoveryRamp, RetryConfig, Route, RouteTable,
+    CircuitBreakerConfig, Fallback, KeyBy, KeySpread, Policy, RecoveryRamp, RetryConfig, Route,
+    RouteTable,
 };
 use fusebox_retry::ReplayBody;
 use fusebox_tests::alloc::{self, INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -125,6 +126,18 @@ fn healthy_bodiless_calls_through_a_full_policy_allocate_nothing() {
         .expect("a valid policy");
     assert_no_allocations(policy.layer(ready()), "breakers keyed by route");
 
+    // Keyed, with a dependency-wide breaker gated by the keys' spread: a second guard, and
+    // the spread read only when a call fails.
+    let policy = full()
+        .breaker_key(KeyBy::Route)
+        .key_spread(KeySpread::default())
+        .build()
+        .expect("a valid policy");
+    assert_no_allocations(
+        policy.layer(ready()),
+        "breakers keyed by route, with a spread",
+    );
+
     // No layer at all: the pass-through stages.
     let policy = Policy::builder("bare").build().expect("a valid policy");
     assert_no_allocations(policy.layer(ready()), "no layers");
@@ -154,6 +167,15 @@ fn healthy_bodiless_calls_through_a_full_policy_allocate_nothing() {
         assert_no_allocations(
             policy.layer(ready()),
             "keyed by host, with a fallback, subscriber at INFO",
+        );
+        let policy = full()
+            .breaker_key(KeyBy::Host)
+            .key_spread(KeySpread::default())
+            .build()
+            .expect("a valid policy");
+        assert_no_allocations(
+            policy.layer(ready()),
+            "keyed by host, with a spread, subscriber at INFO",
         );
         let policy = Policy::builder("bare").build().expect("a valid policy");
         assert_no_allocations(policy.layer(ready()), "no layers, subscriber at INFO");

@@ -58,7 +58,7 @@ fn timeout() -> TimeoutConfig {
 }
 
 /// Bytes each service adds to the inner future and to the response, in that order.
-const EXPECTED: [(&str, (usize, usize)); 9] = [
+const EXPECTED: [(&str, (usize, usize)); 10] = [
     // The call's guard (the breaker's lease, the permit, the call's route and start, when it
     // turns slow) in the future; the end-of-stream recorder, which carries the guard on, in
     // the response.
@@ -77,9 +77,15 @@ const EXPECTED: [(&str, (usize, usize)); 9] = [
     // boxed, one pointer each.
     ("retry budget", (456, 0)),
     // The retry around the fused breaker, limit and timeout stage, and the call's span
-    // (`policy_call`: boxed, so one pointer, null unless a subscriber wants it).
-    ("full policy", (768, 112)),
-    ("keyed policy", (768, 112)),
+    // (`policy_call`: boxed, so one pointer, null unless a subscriber wants it). Since the
+    // dependency-wide breaker gated by a keyed one's spread (`PolicyBuilder::key_spread`)
+    // runs as a stage of its own, every policy's future holds room for its guard (+88,
+    // a breaker's guard as above) and its body for its end-of-stream recorder (+96): a
+    // policy's type does not depend on its configuration, so policies without a spread
+    // carry the empty `Option`s too (768 → 856, 112 → 208).
+    ("full policy", (856, 208)),
+    ("keyed policy", (856, 208)),
+    ("keyed policy with a spread", (856, 208)),
 ];
 
 #[test]
@@ -129,6 +135,17 @@ fn what_each_layer_adds_to_the_future_and_the_response() {
     measured.push((
         "keyed policy",
         added(&keyed_policy.layer(inner::<Replayed>())),
+    ));
+
+    let spread_policy = Policy::builder("layout")
+        .circuit_breaker(CircuitBreakerConfig::builder())
+        .breaker_key(KeyBy::Host)
+        .key_spread(fusebox::KeySpread::default())
+        .build()
+        .expect("a valid policy");
+    measured.push((
+        "keyed policy with a spread",
+        added(&spread_policy.layer(inner::<Replayed>())),
     ));
 
     assert_eq!(measured, EXPECTED);

@@ -27,7 +27,7 @@ use fusebox::policy::BreakerKey;
 use fusebox::retry::RetryBudget;
 use fusebox::{
     CircuitBreakerConfig, CircuitBreakerLayer, ConcurrencyLimitConfig, ConcurrencyLimitLayer,
-    KeyBy, Policy, RetryBudgetLayer, RetryConfig, Route, RouteTable, StandardClassifier,
+    KeyBy, KeySpread, Policy, RetryBudgetLayer, RetryConfig, Route, RouteTable, StandardClassifier,
     TimeoutConfig, TimeoutLayer,
 };
 use fusebox_breaker::BreakerHandle;
@@ -105,6 +105,10 @@ struct BreakerShape {
     time_window: bool,
     /// The limit's shed calls count as failures.
     count_overloaded: bool,
+    /// For a keyed breaker: a dependency-wide breaker around it, gated by its keys' spread
+    /// (`PolicyBuilder::key_spread`; by hand, a second `CircuitBreakerLayer` with the keyed
+    /// one's `spread_gate`).
+    spread: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -131,6 +135,7 @@ impl Shape {
             key: None,
             time_window: false,
             count_overloaded: false,
+            spread: false,
         }),
         limit: true,
         timeout: true,
@@ -179,12 +184,16 @@ fn breaker_shape() -> impl Strategy<Value = BreakerShape> {
         prop_oneof![Just(None), Just(Some(Key::Host)), Just(Some(Key::Route))],
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     )
-        .prop_map(|(key, time_window, count_overloaded)| BreakerShape {
-            key,
-            time_window,
-            count_overloaded,
-        })
+        .prop_map(
+            |(key, time_window, count_overloaded, spread)| BreakerShape {
+                key,
+                time_window,
+                count_overloaded,
+                spread: spread && key.is_some(),
+            },
+        )
 }
 
 fn shape() -> impl Strategy<Value = Shape> {
@@ -357,14 +366,22 @@ enum Breakers {
 }
 
 impl Breakers {
-    /// A keyed breaker's handle, observed at `keys` (each with the label the trace gives it).
-    fn keyed<K: 'static>(handle: KeyedBreakerHandle<K>, keys: Vec<(&'static str, K)>) -> Self {
+    /// A keyed breaker's handle, observed at `keys` (each with the label the trace gives it),
+    /// and the dependency-wide breaker gated by its spread, if there is one.
+    fn keyed<K: 'static>(
+        handle: KeyedBreakerHandle<K>,
+        keys: Vec<(&'static str, K)>,
+        dependency: Option<BreakerHandle>,
+    ) -> Self {
         Breakers::Keyed(Box::new(move || {
             let mut out = format!(
                 "breaker {} keys, {} overflow",
                 handle.len(),
                 handle.overflow().len()
             );
+            if let Some(d) = &dependency {
+                write!(out, " [dependency] {}", breaker_state(d)).expect("writing to a string");
+            }
             for (label, key) in &keys {
                 let state = handle
                     .get(key)
@@ -519,6 +536,9 @@ fn through_policy(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
                 Some(Key::Host) => builder = builder.breaker_key(KeyBy::Host),
                 Some(Key::Route) => builder = builder.breaker_key(KeyBy::Route),
             }
+            if breaker.spread {
+                builder = builder.key_spread(KeySpread::default());
+            }
         }
         if shape.limit {
             builder = builder.concurrency_limit_config(limit_config(shape));
@@ -536,6 +556,7 @@ fn through_policy(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
             Some(Some(Key::Host)) => Breakers::keyed(
                 policy.keyed_breaker_handle().expect("a keyed breaker"),
                 HOST_KEYS.map(|k| (k, BreakerKey::host(k))).to_vec(),
+                policy.breaker_handle(),
             ),
             Some(Some(Key::Route)) => Breakers::keyed(
                 policy.keyed_breaker_handle().expect("a keyed breaker"),
@@ -543,6 +564,7 @@ fn through_policy(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Ve
                     .into_iter()
                     .map(|(label, id)| (label, BreakerKey::Route(id)))
                     .collect(),
+                policy.breaker_handle(),
             ),
         };
         assert_eq!(policy.limit_handle().is_some(), shape.limit);
@@ -591,12 +613,15 @@ enum BreakerLayer {
 /// The breaker, limit and timeout layers of a shape, stacked by hand.
 struct Layers {
     breaker: BreakerLayer,
+    /// The dependency-wide breaker around a keyed one, gated by its spread.
+    dependency: Option<fusebox::CircuitBreakerLayer>,
     limit: Option<ConcurrencyLimitLayer>,
     timeout: Option<TimeoutLayer>,
 }
 
 impl Layers {
     fn new(shape: Shape) -> Self {
+        let mut dependency = None;
         let breaker = match shape.breaker {
             None => BreakerLayer::Off,
             Some(b) => {
@@ -605,14 +630,18 @@ impl Layers {
                     None => BreakerLayer::One(
                         builder.build().expect("an in-memory breaker always builds"),
                     ),
-                    Some(Key::Host) => BreakerLayer::ByHost(
-                        builder.build_keyed(ByHost).expect("a keyed breaker builds"),
-                    ),
-                    Some(Key::Route) => BreakerLayer::ByRoute(
-                        builder
+                    Some(Key::Host) => {
+                        let keyed = builder.build_keyed(ByHost).expect("a keyed breaker builds");
+                        dependency = b.spread.then(|| gated(b, keyed.handle()));
+                        BreakerLayer::ByHost(keyed)
+                    }
+                    Some(Key::Route) => {
+                        let keyed = builder
                             .build_keyed(ByRoute)
-                            .expect("a keyed breaker builds"),
-                    ),
+                            .expect("a keyed breaker builds");
+                        dependency = b.spread.then(|| gated(b, keyed.handle()));
+                        BreakerLayer::ByRoute(keyed)
+                    }
                 }
             }
         };
@@ -630,6 +659,7 @@ impl Layers {
         });
         Layers {
             breaker,
+            dependency,
             limit,
             timeout,
         }
@@ -639,10 +669,16 @@ impl Layers {
         let breaker = match &self.breaker {
             BreakerLayer::Off => Breakers::Off,
             BreakerLayer::One(b) => Breakers::One(b.handle()),
-            BreakerLayer::ByHost(b) => {
-                Breakers::keyed(b.handle(), HOST_KEYS.map(|k| (k, host_key(k))).to_vec())
-            }
-            BreakerLayer::ByRoute(b) => Breakers::keyed(b.handle(), route_keys()),
+            BreakerLayer::ByHost(b) => Breakers::keyed(
+                b.handle(),
+                HOST_KEYS.map(|k| (k, host_key(k))).to_vec(),
+                self.dependency.as_ref().map(|d| d.handle()),
+            ),
+            BreakerLayer::ByRoute(b) => Breakers::keyed(
+                b.handle(),
+                route_keys(),
+                self.dependency.as_ref().map(|d| d.handle()),
+            ),
         };
         Observe {
             breaker,
@@ -661,13 +697,26 @@ impl Layers {
         if let Some(limit) = &self.limit {
             service = boxed(limit.layer(service));
         }
-        match &self.breaker {
+        let service = match &self.breaker {
             BreakerLayer::Off => service,
             BreakerLayer::One(b) => boxed(b.layer(service)),
             BreakerLayer::ByHost(b) => boxed(b.layer(service)),
             BreakerLayer::ByRoute(b) => boxed(b.layer(service)),
+        };
+        match &self.dependency {
+            Some(d) => boxed(d.layer(service)),
+            None => service,
         }
     }
+}
+
+/// The dependency-wide breaker stacked around a keyed one, gated by its spread.
+fn gated<K>(shape: BreakerShape, keys: KeyedBreakerHandle<K>) -> fusebox::CircuitBreakerLayer {
+    CircuitBreakerLayer::builder(breaker_config(shape))
+        .routes(routes())
+        .key_spread(keys.spread_gate(KeySpread::default()))
+        .build()
+        .expect("an in-memory breaker always builds")
 }
 
 fn through_layers(shape: Shape, batches: &[Batch], script: Arc<Vec<Call>>) -> Vec<String> {
@@ -745,6 +794,7 @@ fn a_failing_host_opens_only_its_own_breaker_in_both() {
             key: Some(Key::Host),
             time_window: false,
             count_overloaded: false,
+            spread: false,
         }),
         ..Shape::FULL
     };
@@ -760,6 +810,51 @@ fn a_failing_host_opens_only_its_own_breaker_in_both() {
     // The last round: a.example is rejected, c.example answers.
     assert_eq!(fused[fused.len() - 4], "circuit open");
     assert_eq!(fused[fused.len() - 3], "200 OK body ok: true");
+}
+
+/// Keyed by host with a spread, one failing host of four opens its own breaker in both and
+/// leaves the gated dependency-wide breaker closed, its window holding no failure.
+#[test]
+fn one_failing_host_of_four_leaves_the_gated_dependency_closed_in_both() {
+    let to = |host, status| Call {
+        latency_ms: 10,
+        answer: Answer::Http(status),
+        cancel_after_ms: None,
+        deadline_ms: None,
+        host,
+        host_in_uri: true,
+    };
+    let round = [to(0, 503), to(1, 200), to(2, 200), to(3, 200)];
+    let batches: Vec<Batch> = (0..6)
+        .map(|_| Batch {
+            calls: round.to_vec(),
+            pause_ms: 0,
+        })
+        .collect();
+    let script: Arc<Vec<Call>> = Arc::new(
+        batches
+            .iter()
+            .flat_map(|b| b.calls.iter().copied())
+            .collect(),
+    );
+    let shape = Shape {
+        breaker: Some(BreakerShape {
+            key: Some(Key::Host),
+            time_window: false,
+            count_overloaded: false,
+            spread: true,
+        }),
+        ..Shape::FULL
+    };
+    let fused = through_policy(shape, &batches, Arc::clone(&script));
+    assert_eq!(fused, through_layers(shape, &batches, script));
+    let last = &fused[fused.len() - 1];
+    assert!(
+        last.contains("breaker 4 keys, 0 overflow [dependency] Closed gen 0 window 8/0/0")
+            && last.contains("[a.example] Open gen 1")
+            && last.contains("[b.example] Closed gen 0"),
+        "{fused:#?}"
+    );
 }
 
 /// What a dependency behind the plain breaker (and its HTTP twin) does with one call.
@@ -985,7 +1080,7 @@ proptest! {
         time_window in any::<bool>(),
         count_overloaded in any::<bool>(),
     ) {
-        let shape = BreakerShape { key: None, time_window, count_overloaded };
+        let shape = BreakerShape { key: None, time_window, count_overloaded, spread: false };
         let (calls, pauses): (Vec<_>, Vec<_>) = batches.into_iter().unzip();
         let plain = through_plain(shape, &calls, &pauses);
         let http = through_http(shape, &calls, &pauses);
@@ -1044,6 +1139,7 @@ fn failures_open_the_plain_and_the_http_breaker_alike() {
         key: None,
         time_window: false,
         count_overloaded: false,
+        spread: false,
     };
     let plain = through_plain(shape, &calls, &pauses);
     assert_eq!(plain, through_http(shape, &calls, &pauses));

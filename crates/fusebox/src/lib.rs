@@ -102,6 +102,11 @@ pub use fusebox_classify::{
 #[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
 pub use fusebox_breaker as breaker;
+/// The rule of a dependency-wide breaker gated by a keyed one's spread
+/// ([`PolicyBuilder::key_spread`](crate::PolicyBuilder::key_spread)).
+#[cfg(feature = "breaker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
+pub use fusebox_breaker::spread::KeySpread;
 #[cfg(feature = "breaker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "breaker")))]
 pub use fusebox_breaker::{

@@ -7,7 +7,7 @@
 //!
 //! | what | in place | how |
 //! |---|---|---|
-//! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end |
+//! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end. A keyed breaker's dependency-wide breaker (`breaker.spread`) takes them too |
 //! | the same, for a breaker whose state is on Redis | yes | the store swaps the arguments every call sends the fleet's script, the probe budget and waits the replica reads, the jitter of its next opening and the fallback breaker's settings; the connection, the scope and the fleet's state are kept. Each replica sends its own settings: reload every replica |
 //! | the breaker's window (kind or size) | no | its calls cannot move to another window: reported, the rest of the breaker's settings still apply |
 //! | the timeout of routes without one, each route's own timeout | yes, for the same routes | the timeout stage reads them per call |
@@ -18,7 +18,7 @@
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
 //! | routes added or removed, a route's matcher, classifier rules, slow-call threshold, `retry` or `idempotent` | no | every layer reads the one route table it was built with, resolving the route on its own: a table swapped under them would need each stage to load it once per call, which is the per-call path being reworked; reported as needing a rebuild |
-//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, store, fallback routes, recovery ramp | no | reported as needing a rebuild |
+//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, the keys' spread (`breaker.spread`), store, fallback routes, recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
 //! they started with. Nothing applied can fail a call. The [`Reload`] report says what
@@ -377,6 +377,12 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         "a keyed breaker's key limits are fixed when it is built",
     );
     d.rebuild(
+        "breaker.spread",
+        &old.settings.spread,
+        &new.settings.spread,
+        "the dependency-wide breaker gated by the keys' spread is fixed when the policy is built",
+    );
+    d.rebuild(
         "breaker.window",
         &cur.window(),
         &to_cfg.window(),
@@ -393,11 +399,8 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         .map(Arc::new);
     // Whether the store takes settings in place (the memory store does): giving it its
     // own settings changes nothing and says so.
-    let supported = identity_kept
-        && !matches!(
-            reconfigure(&old.breaker, &cur),
-            Err(Reconfigure::Unsupported)
-        );
+    let supported =
+        identity_kept && !matches!(reconfigure(old, &cur), Err(Reconfigure::Unsupported));
     let effect = if !identity_kept {
         Effect::NeedsRebuild(IDENTITY)
     } else if !supported {
@@ -433,7 +436,7 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
     );
     if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, &next)
         && d.changes.len() > before
-        && reconfigure(&old.breaker, next).is_err()
+        && reconfigure(old, next).is_err()
     {
         // Refusals were found above; a store that refuses now keeps its settings.
         for c in &mut d.changes[before..] {
@@ -442,15 +445,22 @@ fn breaker<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
     }
 }
 
-/// Gives `config` to the running breaker; with `config` its own settings, a no-op that
-/// says whether the store can take settings in place.
+/// Gives `config` to the running breaker (and to the dependency-wide breaker gated by its
+/// keys, which has the same settings); with `config` its own settings, a no-op that says
+/// whether the store can take settings in place.
 fn reconfigure<C: Classifier>(
-    breaker: &BreakerLayer<C>,
+    old: &Shared<C>,
     config: &Arc<CircuitBreakerConfig>,
 ) -> Result<(), Reconfigure> {
-    match breaker {
+    match &old.breaker {
         BreakerLayer::Single(b) => b.handle().reconfigure(config),
-        BreakerLayer::Keyed(b) => b.handle().reconfigure(config),
+        BreakerLayer::Keyed(b) => {
+            b.handle().reconfigure(config)?;
+            match &old.dependency {
+                Some(d) => d.handle().reconfigure(config),
+                None => Ok(()),
+            }
+        }
         BreakerLayer::Off => Ok(()),
     }
 }

@@ -51,7 +51,8 @@
 //!
 //! | section | the layer's keys | the policy's own keys |
 //! |---|---|---|
-//! | `breaker` | [`CircuitBreakerSection`] (`name` defaults to the policy's) | `enabled`, `key` (`"host"`, `"authority"`, `"route"`, `"header"`: one breaker per key), `key_header` (with `key = "header"`: the request header whose value is the key), `answer_key_header` (an answer carrying this header counts against the key it names: [`KeyBy::named_by_answer`]), `max_keys`, `idle_timeout`, `store` |
+//! | `breaker` | [`CircuitBreakerSection`] (`name` defaults to the policy's) | `enabled`, `key` (`"host"`, `"authority"`, `"route"`, `"header"`: one breaker per key), `key_header` (with `key = "header"`: the request header whose value is the key), `answer_key_header` (an answer carrying this header counts against the key it names: [`KeyBy::named_by_answer`]), `max_keys`, `idle_timeout`, `store`, `spread` |
+//! | `breaker.spread` | | with a `key`: a dependency-wide breaker, gated by the keys' spread, around the keyed one ([`PolicyBuilder::key_spread`]): `min_failing_key_share` (within `(0, 1]`, default 0.5), `min_keys` (at least 1, default 2); refused without a `key` |
 //! | `breaker.store` | with `kind = "redis"`: `fusebox_redis::RedisStoreSection` (feature `redis`); see [Breaker state on Redis](#breaker-state-on-redis) | `kind` (`"memory"`, `"redis"`; required) |
 //! | `limit` | [`LimitSection`] | `enabled` |
 //! | `timeout` | [`TimeoutSection`] (`body_timeout` is applied by [`Policy::body_timeout_layer`](crate::Policy::body_timeout_layer) around the policy's service) | `enabled` |
@@ -179,6 +180,7 @@ use self::node::Node;
 use self::read::load;
 use crate::policy::{BreakerStore, Fallback, KeyBy, Policy, PolicyBuilder, RecoveryRamp};
 use crate::reload::Reload;
+use fusebox_breaker::spread::KeySpread;
 use fusebox_breaker::{BreakerEvent, CircuitBreakerSection};
 use fusebox_classify::section::{RouteSection, Section, count, duration};
 use fusebox_classify::{
@@ -609,6 +611,7 @@ const BREAKER_KEYS: &[&str] = &[
     "max_keys",
     "idle_timeout",
     "store",
+    "spread",
 ];
 
 /// `enabled`, beside a layer's own keys.
@@ -669,6 +672,44 @@ struct BreakerKeys {
     idle_timeout: Option<Duration>,
 }
 
+/// `breaker.spread`: the rule of the dependency-wide breaker gated by the keys' spread
+/// ([`PolicyBuilder::key_spread`]); a key left out takes [`KeySpread::default`]'s value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpreadSection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_failing_key_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    min_keys: Option<u32>,
+}
+
+impl SpreadSection {
+    fn over(self, base: &SpreadSection) -> SpreadSection {
+        SpreadSection {
+            min_failing_key_share: self.min_failing_key_share.or(base.min_failing_key_share),
+            min_keys: self.min_keys.or(base.min_keys),
+        }
+    }
+
+    /// The rule, or its problems (under the section's keys).
+    fn spread(&self) -> Result<KeySpread, ConfigError> {
+        let default = KeySpread::default();
+        KeySpread::new(
+            self.min_failing_key_share
+                .unwrap_or(default.min_failing_key_share()),
+            self.min_keys.map_or(default.min_keys(), count),
+        )
+    }
+
+    /// How a file writes `spread`: every key written out.
+    fn of(spread: &KeySpread) -> SpreadSection {
+        SpreadSection {
+            min_failing_key_share: Some(spread.min_failing_key_share()),
+            min_keys: Some(fusebox_classify::section::count_of(spread.min_keys())),
+        }
+    }
+}
+
 /// Where the breaker's state lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -724,6 +765,7 @@ struct BreakerLevel {
     keys: BreakerKeys,
     section: CircuitBreakerSection,
     store: Option<StoreLevel>,
+    spread: Option<SpreadSection>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -821,6 +863,7 @@ fn read_breaker(node: &Node, path: &str, problems: &mut Vec<Problem>) -> Breaker
     }
     let (mine, rest) = node.split(BREAKER_KEYS);
     let (store, mine) = mine.split(&["store"]);
+    let (spread, mine) = mine.split(&["spread"]);
     // In file order: the breaker's own problems and the policy's keys' interleave.
     let section: CircuitBreakerSection = take(problems, load(&rest, path, BREAKER_KEYS));
     check_keys(&section, path, problems);
@@ -831,6 +874,14 @@ fn read_breaker(node: &Node, path: &str, problems: &mut Vec<Problem>) -> Breaker
         store: store
             .get("store")
             .map(|s| read_store(s, &join(path, "store"), problems)),
+        spread: spread.get("spread").map(|s| {
+            let here = join(path, "spread");
+            if is_table(s, &here, problems) {
+                take(problems, load(s, &here, &[]))
+            } else {
+                SpreadSection::default()
+            }
+        }),
     }
 }
 
@@ -993,6 +1044,7 @@ impl Level {
                 },
                 section: a.section.over(&b.section),
                 store: over_opt(a.store, &b.store, StoreLevel::over),
+                spread: over_opt(a.spread, &b.spread, SpreadSection::over),
             }),
             limit: over_opt(self.limit, &base.limit, Layer::over),
             timeout: over_opt(self.timeout, &base.timeout, Layer::over),
@@ -1084,6 +1136,9 @@ fn describe(name: &str, level: &Level) -> PolicyBuilder {
         }
         if let Some(store) = &breaker.store {
             b = b.breaker_store(store.store());
+        }
+        if let Some(spread) = &breaker.spread {
+            b = b.key_spread_config(spread.spread());
         }
     }
     if let Some(retry) = Layer::used(&level.retry) {

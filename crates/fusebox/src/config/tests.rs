@@ -880,3 +880,114 @@ fn answer_keys_that_cannot_work_are_refused_at_their_path() {
         );
     }
 }
+
+#[cfg(feature = "toml")]
+#[test]
+fn a_spread_gated_dependency_breaker_round_trips_through_a_file() {
+    let file = PolicyFile::from_toml(
+        r#"
+        [defaults.breaker.spread]
+        min_keys = 4                        # inherited key by key
+
+        [policies.store.breaker]
+        key = "header"
+        key_header = "x-shard"
+
+        [policies.store.breaker.spread]
+        min_failing_key_share = 0.75
+
+        [policies.plain.breaker]
+        key = "host"
+
+        [policies.plain.breaker.spread]
+        "#,
+    )
+    .unwrap();
+    let store = file.build("store").unwrap();
+    assert_eq!(store.key_spread(), Some(&KeySpread::new(0.75, 4).unwrap()));
+    assert!(store.breaker_handle().is_some());
+    assert!(store.keyed_breaker_handle().is_some());
+    // An empty table takes the defaults (and `min_keys` from `defaults`).
+    let plain = file.build("plain").unwrap();
+    assert_eq!(
+        plain.key_spread(),
+        Some(&KeySpread::new(KeySpread::default().min_failing_key_share(), 4).unwrap())
+    );
+
+    // Written back, the file says the same, and reads back into the same rule.
+    let written = toml::to_string(&PolicyFileSection::of(&[&store, &plain])).unwrap();
+    assert!(
+        written.contains("[policies.store.breaker.spread]"),
+        "{written}"
+    );
+    assert!(
+        written.contains("min_failing_key_share = 0.75"),
+        "{written}"
+    );
+    let again = PolicyFile::from_toml(&written).unwrap();
+    for (name, policy) in [("store", &store), ("plain", &plain)] {
+        assert_eq!(again.build(name).unwrap().key_spread(), policy.key_spread());
+    }
+    // A policy without a spread writes none.
+    let unkeyed = PolicyFile::from_toml("[policies.one.breaker]\n")
+        .unwrap()
+        .build("one")
+        .unwrap();
+    assert_eq!(unkeyed.key_spread(), None);
+    let written = toml::to_string(&PolicyFileSection::of(&[&unkeyed])).unwrap();
+    assert!(!written.contains("spread"), "{written}");
+}
+
+#[cfg(feature = "toml")]
+#[test]
+fn spreads_that_cannot_work_are_refused_at_their_path() {
+    let err = PolicyFile::from_toml(
+        r#"
+        [policies.unkeyed.breaker.spread]
+        min_keys = 3
+
+        [policies.share.breaker]
+        key = "host"
+        [policies.share.breaker.spread]
+        min_failing_key_share = 1.5
+
+        [policies.none.breaker]
+        key = "host"
+        [policies.none.breaker.spread]
+        min_failing_key_share = 0.0
+        min_keys = 0
+
+        [policies.typo.breaker]
+        key = "host"
+        [policies.typo.breaker.spread]
+        min_key = 3
+
+        [policies.scalar.breaker]
+        key = "host"
+        spread = 0.5
+        "#,
+    )
+    .unwrap_err();
+    let found = problems(&err);
+    for want in [
+        "policies.unkeyed.breaker.spread: needs a keyed breaker (`breaker_key`)",
+        "policies.share.breaker.spread.min_failing_key_share: must be within (0, 1], got 1.5",
+        "policies.none.breaker.spread.min_failing_key_share: must be within (0, 1], got 0",
+        "policies.none.breaker.spread.min_keys: must be at least 1, got 0",
+        "policies.typo.breaker.spread.min_key: unknown key; did you mean `min_keys`?",
+        "policies.scalar.breaker.spread: must be a table",
+    ] {
+        assert!(
+            found.iter().any(|p| p.starts_with(want)),
+            "no {want:?} in {found:#?}"
+        );
+    }
+    // The builder refuses a spread without a keyed breaker at the same path.
+    let err = Policy::builder("p")
+        .circuit_breaker(crate::CircuitBreakerConfig::builder())
+        .key_spread(KeySpread::default())
+        .build()
+        .unwrap_err();
+    assert_eq!(err.problems()[0].path(), "breaker.spread");
+    assert!(err.problems()[0].rule().contains("keyed breaker"));
+}

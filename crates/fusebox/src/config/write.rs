@@ -2,7 +2,7 @@
 //! through each layer's own section ([`Section::of`]), so that what a service runs with can
 //! be shown (`fusebox check --json`), logged at start-up, and read back.
 
-use super::{BreakerKeys, Header, KeyKind, RampSection, StoreKind};
+use super::{BreakerKeys, Header, KeyKind, RampSection, SpreadSection, StoreKind};
 use crate::policy::{BreakerStore, KeyBy, Policy};
 use fusebox_breaker::CircuitBreakerSection;
 use fusebox_classify::section::{RouteSection, Section, count_of};
@@ -45,6 +45,8 @@ struct BreakerOut {
     section: CircuitBreakerSection,
     #[serde(skip_serializing_if = "Option::is_none")]
     store: Option<StoreOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spread: Option<SpreadSection>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -122,6 +124,7 @@ impl PolicySection {
                     redis: Some(RedisStoreSection::of(on.config())),
                 }),
             },
+            spread: policy.key_spread().map(SpreadSection::of),
         });
         PolicySection {
             breaker,

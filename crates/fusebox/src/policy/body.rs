@@ -54,6 +54,10 @@ impl<B, C: Classifier> PolicyBody<B, C> {
     ///
     /// For glue that must hand the body on as another type (axum's `Body`): a body that
     /// needs no more bookkeeping is handed on as it is instead of boxed.
+    // The `Err` is the body itself, handed back unchanged (it carries the breakers' and the
+    // limit's end-of-stream bookkeeping, `tests/tests/layout.rs`): boxing it would allocate
+    // on a path the glue takes for every streamed response.
+    #[allow(clippy::result_large_err)]
     pub fn into_inner(self) -> Result<B, Self> {
         let outer = match self.kind {
             Kind::Inner(outer) => outer,

@@ -92,6 +92,7 @@ use fusebox_classify::stage::Staged;
 use self::fallback::Armed;
 use self::ramp::Ramp;
 use crate::registry::Registry;
+use fusebox_breaker::spread::KeySpread;
 use fusebox_breaker::{
     BreakerEvent, BreakerHandle, CircuitBreakerConfig, CircuitBreakerConfigBuilder,
     CircuitBreakerLayer, KeyedBreakerHandle, KeyedCircuitBreakerLayer,
@@ -208,6 +209,8 @@ pub struct PolicyBuilder<C = StandardClassifier> {
     limit: Option<Result<ConcurrencyLimitConfig, ConfigError>>,
     breaker: Option<Result<CircuitBreakerConfig, ConfigError>>,
     breaker_key: Option<KeyBy>,
+    /// The rule of the dependency-wide breaker gated by the keyed one's spread.
+    spread: Option<Result<KeySpread, ConfigError>>,
     /// A policy file's `answer_key_header`, applied to `breaker_key` when it is built.
     answer_key_header: Option<http::HeaderName>,
     /// Problems a policy file found in how its keys fit together, reported by `build`.
@@ -235,6 +238,7 @@ impl<C> fmt::Debug for PolicyBuilder<C> {
             .field("limit", &self.limit)
             .field("breaker", &self.breaker)
             .field("breaker_key", &self.breaker_key)
+            .field("key_spread", &self.spread)
             .field("breaker_store", &self.breaker_store)
             .field("retry", &self.retry.as_ref().map(|r| r.is_ok()))
             .field("fallback", &self.fallback)
@@ -256,6 +260,7 @@ impl Policy {
             limit: None,
             breaker: None,
             breaker_key: None,
+            spread: None,
             answer_key_header: None,
             file_problems: Vec::new(),
             breaker_store: None,
@@ -292,6 +297,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             limit: self.limit,
             breaker: self.breaker,
             breaker_key: self.breaker_key,
+            spread: self.spread,
             answer_key_header: self.answer_key_header,
             file_problems: self.file_problems,
             breaker_store: self.breaker_store,
@@ -351,6 +357,55 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// [`circuit_breaker`](PolicyBuilder::circuit_breaker)).
     pub fn breaker_key(mut self, key: KeyBy) -> Self {
         self.breaker_key = Some(key);
+        self
+    }
+
+    /// With a keyed breaker ([`breaker_key`](PolicyBuilder::breaker_key)), adds a
+    /// dependency-wide breaker that a few failing keys do not open: a second breaker with
+    /// the same [`CircuitBreakerConfig`] (and so the same name, the dependency's), standing
+    /// outside the keyed one, that counts a failure only when the keyed breaker sees
+    /// failures on enough of its keys (`spread`; see [`fusebox_breaker::spread`] for the
+    /// rule). A few hot keys open their own breakers and leave the dependency's closed; a
+    /// failure on most keys opens it, and it then refuses every call without asking the
+    /// keys.
+    ///
+    /// [`Policy::breaker_handle`] is then the dependency-wide breaker's handle, and
+    /// [`Policy::keyed_breaker_handle`] the keys'; breaker events come from both (the
+    /// dependency's carry no key). The dependency-wide breaker keeps its state in this
+    /// process whatever the [`breaker_store`](PolicyBuilder::breaker_store): the spread it
+    /// is gated by is this process's count of its keys. Both breakers run in the policy's
+    /// one stage runner ([`stages`]), not as a second service.
+    ///
+    /// [`build`](PolicyBuilder::build) fails at `breaker.spread` without a keyed breaker.
+    ///
+    /// ```
+    /// use fusebox::{CircuitBreakerConfig, KeyBy, KeySpread, Policy};
+    ///
+    /// let policy = Policy::builder("store")
+    ///     .circuit_breaker(CircuitBreakerConfig::builder())
+    ///     .breaker_key(KeyBy::Host)
+    ///     .key_spread(KeySpread::new(0.5, 4)?)
+    ///     .build()?;
+    /// assert_eq!(policy.key_spread().map(|s| s.min_keys()), Some(4));
+    /// assert!(policy.breaker_handle().is_some() && policy.keyed_breaker_handle().is_some());
+    ///
+    /// let err = Policy::builder("store")
+    ///     .circuit_breaker(CircuitBreakerConfig::builder())
+    ///     .key_spread(KeySpread::default())
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.problems()[0].path(), "breaker.spread");
+    /// # Ok::<(), fusebox::ConfigError>(())
+    /// ```
+    pub fn key_spread(mut self, spread: KeySpread) -> Self {
+        self.spread = Some(Ok(spread));
+        self
+    }
+
+    /// A policy file's `breaker.spread`, or its problems (reported under `breaker.spread`).
+    #[cfg(any(feature = "toml", feature = "yaml"))]
+    pub(crate) fn key_spread_config(mut self, spread: Result<KeySpread, ConfigError>) -> Self {
+        self.spread = Some(spread);
         self
     }
 
@@ -571,6 +626,8 @@ impl<C: Classifier> PolicyBuilder<C> {
         let store = self
             .breaker_store
             .and_then(|s| v.nested("breaker.store", s));
+        let has_spread = self.spread.is_some();
+        let spread = self.spread.and_then(|s| v.nested("breaker.spread", s));
         let retry = self.retry.and_then(|r| v.nested("retry", r)).map(|c| {
             if c.is_named() {
                 c
@@ -595,6 +652,12 @@ impl<C: Classifier> PolicyBuilder<C> {
             v.fail(
                 "breaker_answer_key",
                 "needs a keyed breaker (`key`): an answer names one of its keys",
+            );
+        }
+        if has_spread && self.breaker_key.is_none() {
+            v.fail(
+                "breaker.spread",
+                "needs a keyed breaker (`breaker_key`): the spread is counted over its keys",
             );
         }
         if has_store && !has_breaker {
@@ -695,6 +758,7 @@ impl<C: Classifier> PolicyBuilder<C> {
             key: self.breaker_key.clone(),
             max_keys: self.max_keys,
             idle_timeout: self.idle_timeout,
+            spread,
             ramp: self.ramp,
             fallback: routes
                 .iter()
@@ -702,13 +766,15 @@ impl<C: Classifier> PolicyBuilder<C> {
                 .map(|(_, name, _)| name.to_owned())
                 .collect(),
         };
+        let mut dependency = None;
         let breaker = match breaker {
             None => BreakerLayer::Off,
             Some(config) => {
-                let mut b = CircuitBreakerLayer::builder(config)
+                let mut b = CircuitBreakerLayer::builder(config.clone())
                     .routes(routes.clone())
                     .store(store.clone());
-                for listener in self.listeners {
+                for listener in &self.listeners {
+                    let listener = Arc::clone(listener);
                     b = b.on_event(move |e| listener(e));
                 }
                 if let Some(ramp) = &ramp {
@@ -724,7 +790,20 @@ impl<C: Classifier> PolicyBuilder<C> {
                 match self.breaker_key {
                     None => BreakerLayer::Single(b.build().map_err(|e| e.prefixed("breaker"))?),
                     Some(key) => {
-                        BreakerLayer::Keyed(b.build_keyed(key).map_err(|e| e.prefixed("breaker"))?)
+                        let keyed = b.build_keyed(key).map_err(|e| e.prefixed("breaker"))?;
+                        if let Some(rule) = spread {
+                            // The dependency-wide breaker, in this process: its gate reads
+                            // this process's count of the keys.
+                            let mut d = CircuitBreakerLayer::builder(config)
+                                .routes(routes.clone())
+                                .store(BreakerStore::InMemory)
+                                .key_spread(keyed.handle().spread_gate(rule));
+                            for listener in self.listeners {
+                                d = d.on_event(move |e| listener(e));
+                            }
+                            dependency = Some(d.build().map_err(|e| e.prefixed("breaker"))?);
+                        }
+                        BreakerLayer::Keyed(keyed)
                     }
                 }
             }
@@ -735,17 +814,24 @@ impl<C: Classifier> PolicyBuilder<C> {
             .map_err(|e| e.prefixed("retry"))?;
         let fallback = fallback.map(|f| Armed::new(f, on_route.into_boxed_slice(), &self.name));
         let parts: Arc<PolicyStages<C>> = Arc::new((
-            match &breaker {
-                BreakerLayer::Off => None,
-                BreakerLayer::Single(b) => Some(BreakerStages::Single(b.layer(()).stage().clone())),
-                BreakerLayer::Keyed(b) => Some(BreakerStages::Keyed(b.layer(()).stage().clone())),
-            },
+            dependency.as_ref().map(|d| d.layer(()).stage().clone()),
             (
-                limit.as_ref().map(|l| l.layer(()).stage().clone()),
-                timeout.as_ref().map(|t| t.layer(()).stage().clone()),
+                match &breaker {
+                    BreakerLayer::Off => None,
+                    BreakerLayer::Single(b) => {
+                        Some(BreakerStages::Single(b.layer(()).stage().clone()))
+                    }
+                    BreakerLayer::Keyed(b) => {
+                        Some(BreakerStages::Keyed(b.layer(()).stage().clone()))
+                    }
+                },
+                (
+                    limit.as_ref().map(|l| l.layer(()).stage().clone()),
+                    timeout.as_ref().map(|t| t.layer(()).stage().clone()),
+                ),
             ),
         ));
-        let timeouts = parts.1.1.as_ref().map(|t| t.timeouts().clone());
+        let timeouts = parts.1.1.1.as_ref().map(|t| t.timeouts().clone());
         let policy = Policy {
             inner: Arc::new(PolicyLayers {
                 parts,
@@ -761,6 +847,7 @@ impl<C: Classifier> PolicyBuilder<C> {
                     settings,
                     retry,
                     breaker,
+                    dependency,
                     limit,
                     timeout,
                     store,
@@ -800,6 +887,9 @@ pub(crate) struct Shared<C> {
     pub(crate) settings: Settings,
     pub(crate) retry: Option<RetryBudgetLayer<C>>,
     pub(crate) breaker: BreakerLayer<C>,
+    /// The dependency-wide breaker around a keyed one, gated by its keys' spread
+    /// ([`PolicyBuilder::key_spread`]).
+    pub(crate) dependency: Option<CircuitBreakerLayer<C, PolicyStore>>,
     pub(crate) limit: Option<ConcurrencyLimitLayer<C>>,
     pub(crate) timeout: Option<TimeoutLayer<C>>,
     /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
@@ -818,6 +908,8 @@ pub(crate) struct Settings {
     pub(crate) key: Option<KeyBy>,
     pub(crate) max_keys: Option<usize>,
     pub(crate) idle_timeout: Option<Duration>,
+    /// The rule of the dependency-wide breaker gated by the keys' spread.
+    pub(crate) spread: Option<KeySpread>,
     pub(crate) ramp: Option<RecoveryRamp>,
     /// The routes (by name) whose rejections go to the fallback.
     pub(crate) fallback: Vec<String>,
@@ -856,6 +948,7 @@ impl<C> fmt::Debug for Policy<C> {
                 &match l.breaker {
                     BreakerLayer::Off => "off",
                     BreakerLayer::Single(_) => "single",
+                    BreakerLayer::Keyed(_) if l.dependency.is_some() => "keyed, spread-gated",
                     BreakerLayer::Keyed(_) => "keyed",
                 },
             )
@@ -894,6 +987,12 @@ impl<C: Classifier> Policy<C> {
         )
     }
 
+    /// The rule of the dependency-wide breaker gated by the keyed breaker's spread, if the
+    /// policy has one ([`PolicyBuilder::key_spread`]).
+    pub fn key_spread(&self) -> Option<&KeySpread> {
+        self.inner.shared.settings.spread.as_ref()
+    }
+
     /// The recovery ramp, if the policy has one.
     pub fn recovery_ramp(&self) -> Option<&RecoveryRamp> {
         self.inner.shared.settings.ramp.as_ref()
@@ -914,8 +1013,13 @@ impl<C: Classifier> Policy<C> {
         &self.inner.shared.routes
     }
 
-    /// The operator's handle on the breaker (unkeyed breakers).
+    /// The operator's handle on the breaker that stands for the whole dependency: an
+    /// unkeyed breaker, or the dependency-wide breaker a keyed one has with a
+    /// [`key_spread`](PolicyBuilder::key_spread); `None` for a keyed breaker without one.
     pub fn breaker_handle(&self) -> Option<BreakerHandle> {
+        if let Some(d) = &self.inner.shared.dependency {
+            return Some(d.handle());
+        }
         match &self.inner.shared.breaker {
             BreakerLayer::Single(b) => Some(b.handle()),
             _ => None,

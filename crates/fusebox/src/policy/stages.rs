@@ -21,6 +21,12 @@
 //!    waits for the trailers travels in the one body wrapper, which tells both at the end
 //!    of the stream, the trailers classified once.
 //!
+//! A keyed breaker with a [`key_spread`](crate::PolicyBuilder::key_spread) adds a fourth
+//! stage in front: the dependency-wide breaker, a [`BreakerStage`] gated by the keys'
+//! spread, admitting before the keyed one and told each answer after it, as when the two
+//! layers are stacked by hand (see [`PolicyStages`]). It is one more guard in the same
+//! future and one more recorder in the same body wrapper, not a second service.
+//!
 //! These are the same stages the layers run alone
 //! ([`CircuitBreaker`](crate::breaker::CircuitBreaker),
 //! [`ConcurrencyLimit`](crate::limit::ConcurrencyLimit) and
@@ -96,11 +102,22 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
     }
 }
 
-/// The three stages a policy runs in one future: the breaker, then the limit, then the
-/// timeout, each there or not.
+/// The stages a policy runs in one future: the dependency-wide breaker gated by the keys'
+/// spread (only with a keyed breaker and
+/// [`PolicyBuilder::key_spread`](crate::PolicyBuilder::key_spread)), the breaker, then the
+/// limit, then the timeout, each there or not.
+///
+/// The gated breaker stands outside the keyed one, as when the two layers are stacked by
+/// hand: it admits first (an open dependency refuses without asking the keys), it is told
+/// each answer after the keyed breaker (so the keyed breaker has counted a failing key
+/// before the gate reads the spread), and a refusal by a key's breaker reaches it as an
+/// error it counts as ignored.
 pub type PolicyStages<C> = (
-    Option<BreakerStages<C>>,
-    (Option<LimitStage<C>>, Option<TimeoutStage<C>>),
+    Option<BreakerStage<C, PolicyStore>>,
+    (
+        Option<BreakerStages<C>>,
+        (Option<LimitStage<C>>, Option<TimeoutStage<C>>),
+    ),
 );
 
 /// The circuit breaker, concurrency limit and timeout of a policy around `S`, as one
@@ -115,10 +132,14 @@ pub type Guarded<S, C> = Staged<S, Arc<PolicyStages<C>>, Http>;
 /// The future of [`Guarded`] around `S` called with `Request<R>`.
 pub type GuardedFuture<S, R, C> = StagedFuture<S, Request<R>, Arc<PolicyStages<C>>, Http>;
 
-/// What a response body still owes the limit and the breaker when its stream ends (the
-/// limit is told first, as its body sat inside the breaker's in the stacked layers).
+/// What a response body still owes the limit and the breakers when its stream ends (the
+/// limit is told first, as its body sat inside the breaker's in the stacked layers, and
+/// the dependency-wide breaker last).
 pub type End<C> = (
-    Option<(Option<NoEnd>, Option<Completion<C>>)>,
+    Option<(
+        Option<(Option<NoEnd>, Option<Completion<C>>)>,
+        Option<EosRecorder<C, PolicyStore>>,
+    )>,
     Option<EosRecorder<C, PolicyStore>>,
 );
 

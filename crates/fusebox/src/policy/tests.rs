@@ -538,3 +538,167 @@ fn a_route_key_cannot_be_named_by_answers() {
         .unwrap_err();
     assert_eq!(paths(&err), ["breaker_key"]);
 }
+
+/// A sharded store behind a policy keyed by `x-shard` (named by answers too), with a
+/// dependency-wide breaker gated by the shards' spread. The breakers would open at 5 % of
+/// 20 calls failing: without the gate, two hot shards of twenty open the dependency.
+fn sharded_policy(events: Arc<std::sync::Mutex<Vec<BreakerEvent>>>) -> Policy {
+    let shard = http::HeaderName::from_static("x-shard");
+    Policy::builder("shards")
+        .circuit_breaker(
+            CircuitBreakerConfig::builder()
+                .name("shards")
+                .count_window(20)
+                .minimum_calls(20)
+                .failure_rate_threshold(5),
+        )
+        .breaker_key(KeyBy::Header(shard.clone()).named_by_answer(shard))
+        .key_spread(KeySpread::default())
+        .on_breaker_event(move |e| events.lock().unwrap().push(e.clone()))
+        .build()
+        .unwrap()
+}
+
+/// The store: a shard in `hot` answers 503, naming itself in `x-shard`.
+fn shards(
+    hot: Arc<std::sync::Mutex<Vec<String>>>,
+) -> impl Service<Req, Response = Response<Empty<Bytes>>, Error = Infallible, Future: Send> + Clone + Send
+{
+    service_fn(move |r: Req| {
+        let asked = r.headers()["x-shard"].to_str().unwrap().to_owned();
+        let failing = hot.lock().unwrap().contains(&asked);
+        async move {
+            let mut response = Response::builder();
+            if failing {
+                response = response.status(503).header("x-shard", asked);
+            }
+            Ok::<_, Infallible>(response.body(Empty::<Bytes>::new()).unwrap())
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_policy_with_a_spread_keeps_hot_shards_to_their_own_breakers() {
+    use fusebox_breaker::{EventKind, State};
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let policy = sharded_policy(Arc::clone(&events));
+    let hot = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let svc = policy.layer(shards(Arc::clone(&hot)));
+    let keys: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
+    // Calls every shard once per round; returns how many calls for a shard not in `hot`
+    // were refused, and the last refusal.
+    let rounds = |n: usize| {
+        let (svc, keys, hot) = (svc.clone(), keys.clone(), Arc::clone(&hot));
+        async move {
+            let mut refused = (0, None);
+            for _ in 0..n {
+                for key in &keys {
+                    let request = Request::get("/")
+                        .header("x-shard", key.as_str())
+                        .body(Empty::new())
+                        .unwrap();
+                    let answer = svc.clone().oneshot(request).await;
+                    if let Err(e) = answer
+                        && !hot.lock().unwrap().contains(key)
+                    {
+                        refused.0 += 1;
+                        refused.1 = e.downcast_ref::<CircuitOpen>().cloned();
+                    }
+                }
+            }
+            refused
+        }
+    };
+    let dependency = policy.breaker_handle().unwrap();
+    let keyed = policy.keyed_breaker_handle().unwrap();
+    assert_eq!(dependency.name(), "shards");
+    assert_eq!(dependency.key(), None);
+    assert_eq!(policy.key_spread(), Some(&KeySpread::default()));
+
+    // Every shard is seen healthy first, then 2 of the 20 go hot.
+    assert_eq!(rounds(1).await.0, 0);
+    *hot.lock().unwrap() = keys[..2].to_vec();
+    assert_eq!(rounds(30).await.0, 0, "no healthy shard is refused");
+    for key in &keys {
+        let want = if key == "s0" || key == "s1" {
+            State::Open
+        } else {
+            State::Closed
+        };
+        let breaker = keyed.get(&BreakerKey::Value(key.as_str().into())).unwrap();
+        assert_eq!(breaker.state(), want, "{key}");
+    }
+    // The hot shards' failures reached the dependency-wide breaker as ignored calls.
+    assert_eq!(dependency.state(), State::Closed);
+    let window = dependency.snapshot().window;
+    assert!(window.calls > 0);
+    assert_eq!(window.failures, 0);
+    {
+        let events = events.lock().unwrap();
+        let opened: Vec<Option<&str>> = events
+            .iter()
+            .filter(|e| matches!(&e.kind, EventKind::Transition(t) if t.to == State::Open))
+            .map(|e| e.key.as_deref())
+            .collect();
+        assert_eq!(opened, [Some("s0"), Some("s1")]);
+    }
+
+    // 18 of the 20 fail: the dependency's failure, and its breaker opens.
+    *hot.lock().unwrap() = keys[..18].to_vec();
+    rounds(3).await;
+    assert_eq!(dependency.state(), State::Open);
+    // It refuses the healthy shards too, without a key.
+    let (refused, last) = rounds(1).await;
+    assert_eq!(refused, 2);
+    let last = last.expect("a refusal by a breaker");
+    assert_eq!((last.breaker(), last.key()), ("shards", None));
+    let events = events.lock().unwrap();
+    assert!(
+        events.iter().any(|e| e.key.is_none()
+            && matches!(&e.kind, EventKind::Transition(t) if t.to == State::Open))
+    );
+}
+
+#[test]
+fn a_spread_needs_a_keyed_breaker() {
+    let err = Policy::builder("p")
+        .circuit_breaker(CircuitBreakerConfig::builder())
+        .key_spread(KeySpread::default())
+        .build()
+        .unwrap_err();
+    assert_eq!(paths(&err), ["breaker.spread"]);
+    assert!(err.problems()[0].rule().contains("keyed breaker"));
+    // Without one, the keyed policy has no dependency-wide breaker.
+    let keyed = Policy::builder("p")
+        .circuit_breaker(CircuitBreakerConfig::builder())
+        .breaker_key(KeyBy::Host)
+        .build()
+        .unwrap();
+    assert!(keyed.breaker_handle().is_none() && keyed.key_spread().is_none());
+}
+
+#[test]
+fn a_reload_reconfigures_both_breakers_and_a_new_spread_needs_a_rebuild() {
+    let policy = |threshold: u32, spread: KeySpread| {
+        Policy::builder("p")
+            .circuit_breaker(CircuitBreakerConfig::builder().failure_rate_threshold(threshold))
+            .breaker_key(KeyBy::Host)
+            .key_spread(spread)
+            .build()
+            .unwrap()
+    };
+    let running = policy(50, KeySpread::default());
+    let report = running.reload(&policy(25, KeySpread::default()));
+    assert!(report.is_complete(), "{report}");
+    let threshold = |h: Option<fusebox_breaker::BreakerHandle>| {
+        h.and_then(|h| h.config())
+            .map(|c| c.failure_rate_threshold())
+    };
+    assert_eq!(threshold(running.breaker_handle()), Some(25));
+    let keys = running.keyed_breaker_handle().unwrap();
+    assert_eq!(keys.config().failure_rate_threshold(), 25);
+
+    let report = running.diff(&policy(25, KeySpread::new(0.75, 2).unwrap()));
+    let rebuild: Vec<&str> = report.needs_rebuild().map(|c| c.path.as_str()).collect();
+    assert_eq!(rebuild, ["breaker.spread"]);
+}

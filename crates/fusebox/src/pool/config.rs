@@ -98,7 +98,9 @@ impl PoolConfigBuilder {
 
     /// How many calls one endpoint can take at once (at least 1): an endpoint is then
     /// ejected only when the endpoints left serving have room for its share of the calls
-    /// in flight (see [`absorbs`]).
+    /// in flight (see [`absorbs`]). An endpoint whose headroom is measured by its
+    /// concurrency limit ([`PoolLayer::measured`](super::PoolLayer::measured)) uses its
+    /// limit instead.
     pub fn endpoint_capacity(mut self, calls: u32) -> Self {
         self.config.endpoint_capacity = Some(calls);
         self

@@ -3,10 +3,12 @@
 
 use super::config::PoolConfig;
 use super::endpoint::Endpoint;
+use super::limit::{EndpointLimit, unmeasured};
 use super::shared::{PoolListener, Shared, Slot};
 use super::status::{PoolEvent, PoolHandle};
 use fusebox_breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
 use fusebox_classify::{BoxError, Classifier, RouteTable, StandardClassifier};
+use fusebox_limit::LimitHandle;
 use futures_util::Stream;
 use std::fmt;
 use std::pin::Pin;
@@ -76,6 +78,34 @@ impl<C: Classifier> PoolLayer<C> {
     {
         Balance::new(self.layer(discover))
     }
+
+    /// The pool's view of `discover`'s endpoints, each behind its breaker, with each
+    /// endpoint's headroom measured by its concurrency limit ([`EndpointLimit`]): a tripped
+    /// endpoint is ejected only when the endpoints left serving have room, by their limits'
+    /// current limits minus their calls in flight, for its share of the calls in flight
+    /// (see the [module docs](super#measured-headroom)). Give it to tower's `Balance`, or
+    /// use [`balance_measured`](Self::balance_measured).
+    pub fn measured<D>(&self, discover: D) -> PoolDiscover<D, C>
+    where
+        D: Discover,
+        D::Service: EndpointLimit,
+    {
+        let mut pool = self.layer(discover);
+        pool.measure = <D::Service as EndpointLimit>::limit_handle;
+        pool
+    }
+
+    /// tower's p2c balancer over [`measured`](Self::measured) endpoints.
+    pub fn balance_measured<D, Req>(&self, discover: D) -> Balance<PoolDiscover<D, C>, Req>
+    where
+        D: Discover + Unpin,
+        D::Key: Clone + Unpin + std::hash::Hash + fmt::Display,
+        D::Error: Into<BoxError>,
+        D::Service: EndpointLimit,
+        Endpoint<D::Service, C>: tower_service::Service<Req, Error = BoxError>,
+    {
+        Balance::new(self.measured(discover))
+    }
 }
 
 impl<D: Discover, C: Classifier> Layer<D> for PoolLayer<C> {
@@ -87,6 +117,7 @@ impl<D: Discover, C: Classifier> Layer<D> for PoolLayer<C> {
             shared: Arc::clone(&self.shared),
             table: self.table.clone(),
             slots: Vec::new(),
+            measure: unmeasured::<D::Service>,
         }
     }
 }
@@ -154,6 +185,9 @@ pub struct PoolDiscover<D: Discover, C = StandardClassifier> {
     shared: Arc<Shared>,
     table: RouteTable<C>,
     slots: Vec<(D::Key, Arc<Slot>)>,
+    /// How an inserted endpoint's limit is found ([`PoolLayer::measured`]), or that it is
+    /// not looked for.
+    measure: fn(&D::Service) -> Option<LimitHandle>,
 }
 
 impl<D: Discover + fmt::Debug, C> fmt::Debug for PoolDiscover<D, C> {
@@ -199,7 +233,8 @@ impl<D: Discover, C: Classifier> PoolDiscover<D, C> {
             .key(Arc::clone(&label))
             .on_event(move |_| ring.ring())
             .build()?;
-        let slot = Arc::new(Slot::new(label, layer.handle(), signal));
+        let slot =
+            Arc::new(Slot::new(label, layer.handle(), signal).limited((self.measure)(&service)));
         self.slots.push((key, Arc::clone(&slot)));
         self.shared.insert(Arc::clone(&slot));
         Ok(Endpoint::new(service, layer.stage(), slot))

@@ -37,12 +37,13 @@
 //!   pool beats crushing the few healthy endpoints left.
 //!
 //! With an [`endpoint_capacity`](PoolConfigBuilder::endpoint_capacity) (how many calls
-//! one endpoint takes at once), a tripped endpoint is also kept in when the endpoints left
-//! serving lack the headroom (their capacity minus their calls in flight) for its share of
-//! the calls in flight; the event carries both numbers ([`WouldEject::NoHeadroom`]). The
-//! headroom decides whether an endpoint goes out, not whether it stays out: once out, its
-//! calls land on the others and use up their headroom, and judging it again would let it
-//! back in and send it out by turns. It returns when its breaker closes.
+//! one endpoint takes at once), or with headroom measured by the endpoints' concurrency
+//! limits ([below](#measured-headroom)), a tripped endpoint is also kept in when the
+//! endpoints left serving lack the headroom for its share of the calls in flight; the
+//! event carries both numbers ([`WouldEject::NoHeadroom`]). The headroom decides whether
+//! an endpoint goes out, not whether it stays out: once out, its calls land on the others
+//! and use up their headroom, and judging it again would let it back in and send it out
+//! by turns. It returns when its breaker closes.
 //!
 //! An operator's forced open ([`BreakerHandle::force_open`](crate::BreakerHandle::force_open)
 //! on [`PoolHandle::breaker`]) is obeyed whatever the cap and even in panic; it counts
@@ -53,6 +54,65 @@
 //! pool) or an endpoint joins or leaves, the next time the balancer polls it; an endpoint
 //! tripped while its call was being dispatched may reject that one call with
 //! [`CircuitOpen`](crate::error::CircuitOpen) before the pool has decided.
+//!
+//! # Measured headroom
+//!
+//! A fixed capacity is a guess that goes stale: an endpoint behind an adaptive limit takes
+//! fewer calls after it backed off, and another user of the same limit takes its permits.
+//! When each endpoint's calls go through a fusebox concurrency limit
+//! ([`ConcurrencyLimitLayer`](crate::limit::ConcurrencyLimitLayer), fixed or adaptive),
+//! build the pool's stream with [`PoolLayer::measured`] (or
+//! [`PoolLayer::balance_measured`]) instead of [`PoolLayer::balance`]: it takes each
+//! inserted endpoint's [`LimitHandle`](crate::limit::LimitHandle) through the
+//! [`EndpointLimit`] trait (implemented for fusebox's
+//! [`ConcurrencyLimit`](crate::limit::ConcurrencyLimit) service), and an endpoint's
+//! headroom is then its limit's current limit minus the limit's calls in flight, read when
+//! the pool decides:
+//!
+//! - the share an ejected endpoint leaves is, as with a capacity, the pool's calls in
+//!   flight over the endpoints serving (the ejected one included), rounded up; the
+//!   survivors' headroom is the sum of theirs;
+//! - an endpoint without a limit (its `EndpointLimit` says `None`) counts its
+//!   `endpoint_capacity` minus its calls in flight, or, with no capacity either, as having
+//!   room: its load is not known, and the pool does not guess it;
+//! - the limits are read when the pool decides (a breaker moved, the pool changed, or
+//!   [`PoolHandle::status`] was asked), never on a call: a tripped endpoint kept in for want
+//!   of headroom goes out at the next decision after room appears.
+//!
+//! The trait, rather than a function of the endpoint's key given to the builder, because
+//! the handle then comes from the very service the discovery stream inserted: nothing to
+//! register by key, no handle of a removed or replaced endpoint left behind, and a service
+//! that holds its limit further in (a limit around a client, inside another wrapper)
+//! implements the trait to hand the limit back.
+//!
+//! ```
+//! use fusebox::CircuitBreakerConfig;
+//! use fusebox::limit::{AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitLayer};
+//! use fusebox::pool::PoolLayer;
+//! use http::{Request, Response};
+//! use std::convert::Infallible;
+//! use tower::discover::ServiceList;
+//! use tower::Layer;
+//!
+//! # fn main() -> Result<(), fusebox::ConfigError> {
+//! let limit = || -> Result<ConcurrencyLimitLayer, fusebox::ConfigError> {
+//!     Ok(ConcurrencyLimitLayer::new(
+//!         ConcurrencyLimitConfig::builder()
+//!             .name("inventory")
+//!             .aimd(AimdConfig::new().initial_limit(20).max_limit(100))
+//!             .build()?,
+//!     ))
+//! };
+//! let client = tower::service_fn(|_: Request<String>| async {
+//!     Ok::<_, Infallible>(Response::new(String::new()))
+//! });
+//! let endpoints = ServiceList::new(vec![limit()?.layer(client), limit()?.layer(client)]);
+//! let pool = PoolLayer::builder(CircuitBreakerConfig::builder().name("inventory").build()?).build();
+//! let balance = pool.balance_measured::<_, Request<String>>(endpoints);
+//! # let _ = balance;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Load
 //!
@@ -148,6 +208,7 @@
 mod config;
 mod endpoint;
 mod layer;
+mod limit;
 mod shared;
 mod status;
 
@@ -157,6 +218,7 @@ pub use self::config::{
 };
 pub use self::endpoint::{Admitted, Endpoint, EndpointBody, EndpointFuture, EndpointStage};
 pub use self::layer::{PoolDiscover, PoolLayer, PoolLayerBuilder};
+pub use self::limit::EndpointLimit;
 pub use self::shared::{EJECTED, ENDPOINTS, FAMILIES, MAX_EJECTED, PANIC, WOULD_EJECT, describe};
 pub use self::status::{
     EndpointStatus, PoolEvent, PoolEventKind, PoolHandle, PoolStatus, Status, WouldEject,

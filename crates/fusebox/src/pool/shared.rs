@@ -6,6 +6,7 @@ use super::config::{PoolConfig, absorbs, share};
 use super::status::{EndpointStatus, PoolEvent, PoolEventKind, PoolStatus, Status, WouldEject};
 use fusebox_breaker::{BreakerHandle, CircuitBreakerConfig, State};
 use fusebox_classify::series::{Family, Kind, SeriesBuilder};
+use fusebox_limit::LimitHandle;
 use futures_util::task::AtomicWaker;
 use metrics::Gauge;
 use std::fmt;
@@ -33,6 +34,9 @@ pub(crate) struct Slot {
     pub(crate) flight: Arc<Flight>,
     /// The signal its breaker's events ring.
     pub(crate) signal: Arc<Signal>,
+    /// The concurrency limit its calls go through, when the pool measures headroom
+    /// ([`PoolLayer::measured`](super::PoolLayer::measured)).
+    limit: Option<LimitHandle>,
 }
 
 impl fmt::Debug for Slot {
@@ -53,6 +57,26 @@ impl Slot {
             mode: AtomicU8::new(SERVE),
             flight: Arc::new(Flight(Arc::clone(&signal))),
             signal,
+            limit: None,
+        }
+    }
+
+    /// The same slot, its headroom measured by `limit` (if any).
+    pub(crate) fn limited(mut self, limit: Option<LimitHandle>) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// How many more calls the endpoint takes now: its limit's current limit minus the
+    /// limit's calls in flight when it has one, else `capacity` minus its calls in flight;
+    /// `None` when neither is known (no bound).
+    fn room(&self, capacity: Option<u32>) -> Option<u64> {
+        match (&self.limit, capacity) {
+            (Some(limit), _) => Some(limit.limit().saturating_sub(limit.in_flight()) as u64),
+            (None, Some(capacity)) => {
+                Some(u64::from(capacity).saturating_sub(self.in_flight() as u64))
+            }
+            (None, None) => None,
         }
     }
 
@@ -350,15 +374,16 @@ impl Shared {
                 // out: once out, its calls are on the others, whose headroom then shows
                 // them — judged again, it would be let back in and sent out by turns.
                 let already_out = matches!(d.entries[i].status, Status::Ejected | Status::Probing);
-                if let Some(capacity) = self.config.endpoint_capacity().filter(|_| !already_out) {
-                    let (headroom, in_flight, serving) = headroom(&d.entries, &out, i, capacity);
-                    if !absorbs(headroom, in_flight, serving) {
-                        reasons[i] = Some(WouldEject::NoHeadroom {
-                            headroom,
-                            share: share(in_flight, serving),
-                        });
-                        continue;
-                    }
+                if !already_out
+                    && let Some((headroom, in_flight, serving)) =
+                        headroom(&d.entries, &out, i, self.config.endpoint_capacity())
+                    && !absorbs(headroom, in_flight, serving)
+                {
+                    reasons[i] = Some(WouldEject::NoHeadroom {
+                        headroom,
+                        share: share(in_flight, serving),
+                    });
+                    continue;
                 }
                 out[i] = true;
                 ejected += 1;
@@ -483,24 +508,34 @@ fn is_tripped(state: State) -> bool {
 }
 
 /// For ejecting entry `i`: the free calls of the endpoints that would keep serving (not out,
-/// not `i`), the calls in flight on the whole pool, and how many endpoints serve now
-/// (`i` included).
-fn headroom(entries: &[Entry], out: &[bool], i: usize, capacity: u32) -> (u64, u64, u64) {
+/// not `i`: each one's measured limit, else `capacity`, minus its calls in flight), the
+/// calls in flight on the whole pool, and how many endpoints serve now (`i` included);
+/// `None` when an endpoint that would keep serving has no known bound (no measured limit
+/// and no `capacity`), or when no endpoint has a measured limit and there is no
+/// `capacity`: the pool then does not look at load.
+fn headroom(
+    entries: &[Entry],
+    out: &[bool],
+    i: usize,
+    capacity: Option<u32>,
+) -> Option<(u64, u64, u64)> {
+    if capacity.is_none() && entries.iter().all(|e| e.slot.limit.is_none()) {
+        return None;
+    }
     let mut free = 0u64;
     let mut in_flight = 0u64;
     let mut serving = 0u64;
     for (j, e) in entries.iter().enumerate() {
-        let calls = e.slot.in_flight() as u64;
-        in_flight += calls;
+        in_flight = in_flight.saturating_add(e.slot.in_flight() as u64);
         if out[j] {
             continue;
         }
         serving += 1;
         if j != i {
-            free += u64::from(capacity).saturating_sub(calls);
+            free = free.saturating_add(e.slot.room(capacity)?);
         }
     }
-    (free, in_flight, serving)
+    Some((free, in_flight, serving))
 }
 
 fn log(event: &PoolEvent) {
