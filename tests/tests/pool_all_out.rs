@@ -36,12 +36,12 @@ fn pool(
         .open_wait_jitter(Duration::ZERO)
         .permitted_probes(2)
         .build()
-        .unwrap();
+        .expect("a valid breaker");
     let config = PoolConfig::builder()
         .max_ejection_percent(100)
         .panic_threshold(0)
         .build()
-        .unwrap();
+        .expect("a valid pool");
     let layer = PoolLayer::builder(breaker).config(config).build();
     let handle = layer.handle();
     let changes: Vec<_> = (0..3)
@@ -71,7 +71,8 @@ where
     S: Service<Request<()>, Error = fusebox::BoxError>,
 {
     for _ in 0..12 {
-        let _ = balance.ready().await.unwrap().call(Request::new(())).await;
+        let ready = balance.ready().await.expect("the pool is ready");
+        let _ = ready.call(Request::new(())).await;
     }
     let status = handle.status();
     assert_eq!(status.ejected, 3, "{status}");
@@ -88,7 +89,7 @@ where
         })
         .await
         .unwrap_or_else(|_| panic!("no endpoint took the call: {}", handle.status()));
-        assert_eq!(answer.unwrap().status(), StatusCode::OK);
+        assert_eq!(answer.expect("answered").status(), StatusCode::OK);
     }
     let status = handle.status();
     assert_eq!(status.with_status(Status::Serving).len(), 3, "{status}");
@@ -117,7 +118,7 @@ async fn probes_cancelled_before_their_answer_are_sent_again_at_once() {
         let ready = tokio::time::timeout(Duration::from_secs(1), balance.ready()).await;
         let svc = ready
             .unwrap_or_else(|_| panic!("no probe could be sent: {}", handle.status()))
-            .unwrap();
+            .expect("the pool is ready");
         probes.push(svc.call(Request::new(())));
     }
     assert!(

@@ -1,6 +1,9 @@
 //! The drill chart: one SVG, four panels over a shared time axis.
 //!
-//! 1. **Breaker state**, a band per replica: green closed, red open, amber half-open.
+//! 1. **Breaker state**, a band per replica: green closed, red open, amber half-open;
+//!    in a keyed drill, below it a thin row per key (its own breaker), and in a pool drill
+//!    a row per endpoint instead (green serving, red ejected, amber probing, purple
+//!    tripped but kept in).
 //! 2. **Failure and slow-call rates** of the breaker's window against their thresholds
 //!    (dashed): the lines that cross the dashes are why it opened. A pale area shows the
 //!    share of requests the dependency actually failed, for contrast: the window freezes
@@ -35,6 +38,7 @@ const C_CONN: &str = "#7f4f24";
 const C_REJ_B: &str = "#7f8c8d";
 const C_REJ_L: &str = "#c9b037";
 const C_OK: &str = "#7bc67e";
+const C_KEPT: &str = "#8e44ad";
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -187,7 +191,13 @@ pub fn render(r: &DrillReport) -> String {
     let band_gap = 6.0;
     let top = 96.0;
     let state_top = top + 18.0;
-    let state_h = r.replica_reports.len() as f64 * (band_h + band_gap);
+    // A pool drill has no breaker of the dependency's: its rows are the endpoints'.
+    let pool = r.parts.as_ref().is_some_and(|p| p.kind == "endpoint");
+    let bands = if pool { 0 } else { r.replica_reports.len() };
+    let (row_h, row_gap) = (11.0, 2.0);
+    let rows_top = state_top + bands as f64 * (band_h + band_gap);
+    let rows = r.parts.as_ref().map_or(0, |p| p.rows.len());
+    let state_h = bands as f64 * (band_h + band_gap) + rows as f64 * (row_h + row_gap);
     let panel_h = 165.0;
     let gap = 46.0;
     let rates_top = state_top + state_h + gap;
@@ -336,9 +346,9 @@ pub fn render(r: &DrillReport) -> String {
         "end",
         "#333",
         "bold",
-        "breaker",
+        if pool { "endpoints" } else { "breaker" },
     );
-    for (ri, rep) in r.replica_reports.iter().enumerate() {
+    for (ri, rep) in r.replica_reports.iter().enumerate().take(bands) {
         let y0 = state_top + ri as f64 * (band_h + band_gap);
         let mut at = 0.0;
         let mut state = "closed";
@@ -374,22 +384,82 @@ pub fn render(r: &DrillReport) -> String {
         };
         s.text(LEFT - 8.0, y0 + 15.0, 11.0, "end", "#333", "normal", &label);
     }
-    s.legend(
-        W - RIGHT + 16.0,
-        state_top + 10.0,
+    if let Some(parts) = &r.parts {
+        for (i, row) in parts.rows.iter().enumerate() {
+            let y0 = rows_top + i as f64 * (row_h + row_gap);
+            let first = if pool { "serving" } else { "closed" };
+            let mut at = 0.0;
+            let mut state = first;
+            let mut segments = Vec::new();
+            for &(t, to) in &row.changes {
+                segments.push((at, t, state));
+                at = t;
+                state = to;
+            }
+            segments.push((at, end_ms, state));
+            for (a, b, st) in segments {
+                let color = match st {
+                    "open" | "forced_open" | "ejected" => C_OPEN,
+                    "half_open" | "probing" => C_HALF,
+                    "would_eject" => C_KEPT,
+                    _ => C_CLOSED,
+                };
+                let min_w = if matches!(st, "half_open" | "probing") {
+                    2.0
+                } else {
+                    0.6
+                };
+                s.rect(x(a), y0, (x(b) - x(a)).max(min_w), row_h, color, "");
+            }
+            s.rect(
+                LEFT,
+                y0,
+                PLOT_W,
+                row_h,
+                "none",
+                r##"stroke="#888" stroke-width="0.5""##,
+            );
+            let weight = if row.affected { "bold" } else { "normal" };
+            s.text(LEFT - 8.0, y0 + 9.0, 9.0, "end", "#333", weight, &row.name);
+        }
+    }
+    let legend: &[(&str, &str, &str)] = if pool {
+        &[
+            (C_CLOSED, "serving", "box"),
+            (C_OPEN, "ejected", "box"),
+            (C_HALF, "probing", "box"),
+            (C_KEPT, "tripped, kept in", "box"),
+        ]
+    } else {
         &[
             (C_CLOSED, "closed", "box"),
             (C_OPEN, "open", "box"),
             (C_HALF, "half-open", "box"),
-        ],
-    );
+        ]
+    };
+    s.legend(W - RIGHT + 16.0, state_top + 10.0, legend);
+    if let Some(parts) = &r.parts {
+        s.text(
+            W - RIGHT + 16.0,
+            state_top + 10.0 + legend.len() as f64 * 18.0 + 8.0,
+            10.5,
+            "start",
+            "#555",
+            "normal",
+            &format!("a row per {}; bold: affected", parts.kind),
+        );
+    }
 
     // 2. Rates.
     panel_frame(
         &mut s,
         rates_top,
         panel_h,
-        "the breaker's window: failure and slow-call rates (%), as it judges them (frozen while open)",
+        if pool {
+            "the share of requests the dependency failed (%): each endpoint has its own breaker, the pool no window of its own"
+        } else {
+            "the breaker's window: failure and slow-call rates (%), as it judges them (frozen while open)"
+        },
     );
     let yr = |v: f64| rates_top + panel_h - (v.clamp(0.0, 100.0) / 100.0) * panel_h;
     for v in [0.0, 25.0, 50.0, 75.0, 100.0] {

@@ -730,12 +730,43 @@ fn describe_scenario(s: &Scenario, file: &str) -> String {
         s.traffic.rate,
         s.traffic.concurrency
     );
+    if let Some(keys) = s.traffic.keys {
+        out.push_str(&format!(
+            "  keys: {keys} (key-00 …), one per call in turn\n"
+        ));
+    }
+    if let (Some(n), Some(pool)) = (s.traffic.endpoints, &s.pool) {
+        out.push_str(&format!(
+            "  pool: {n} endpoints, at most {} % ejected at once ({} of {n}), panic below {} % healthy, {}\n",
+            pool.max_ejection_percent(),
+            pool.max_ejected(n as usize),
+            pool.panic_threshold(),
+            match pool.endpoint_capacity() {
+                Some(c) => format!("ejects only into headroom (capacity {c} per endpoint)"),
+                None => "no headroom check".to_owned(),
+            }
+        ));
+    }
+    if let Some(c) = s.capacity.capacity {
+        out.push_str(&format!(
+            "  dependency: {c} requests at once{}, {}\n",
+            if s.traffic.endpoints.is_some() {
+                " per endpoint"
+            } else {
+                ""
+            },
+            match s.capacity.queue {
+                Some(q) => format!("at most {q} waiting, the rest answered 503 at once"),
+                None => "the rest wait".to_owned(),
+            }
+        ));
+    }
     for p in &s.phases {
         out.push_str(&format!(
             "  phase {:<16} {:>6}  {}\n",
             p.name,
             format_duration(p.duration),
-            p.describe()
+            p.describe(s.traffic.unit())
         ));
     }
     out.push('\n');

@@ -472,6 +472,21 @@ pub(crate) fn locate_problems(
 
 // === display ===
 
+/// What a keyed breaker's keys are, in words.
+fn describe_key(key: &KeyBy) -> String {
+    match key {
+        KeyBy::Route => "one per route".into(),
+        KeyBy::Host => "one per host".into(),
+        KeyBy::Authority => "one per authority".into(),
+        KeyBy::Header(name) => format!("one per value of the request header {name}"),
+        KeyBy::Answered(inner, name) => format!(
+            "{}; an answer with {name} counts against the key it names",
+            describe_key(inner)
+        ),
+        _ => "one per key".into(),
+    }
+}
+
 /// The effective settings of a policy, as `fusebox check` prints them: each layer's
 /// configuration as built, and each route's behaviour followed by every setting some
 /// level of the file gives it, with that level, and the keys no level writes (built in).
@@ -487,12 +502,15 @@ pub fn describe_policy(p: &PolicySpec) -> String {
                 }
                 other => format!("{other:?}"),
             };
-            let keyed = match p.policy.breaker_key() {
-                None => "",
-                Some(KeyBy::Route) => " (one per route)",
-                Some(KeyBy::Host) => " (one per host)",
-                Some(KeyBy::Authority) => " (one per authority)",
-                Some(_) => " (one per key)",
+            let keyed = match (p.policy.breaker_key(), p.policy.key_spread()) {
+                (None, _) => String::new(),
+                (Some(key), None) => format!(" ({})", describe_key(key)),
+                (Some(key), Some(spread)) => format!(
+                    " ({}; around them a dependency-wide breaker that counts a failure only while at least {} % of at least {} keys fail)",
+                    describe_key(key),
+                    spread.min_failing_key_share() * 100.0,
+                    spread.min_keys()
+                ),
             };
             let _ = writeln!(
                 s,

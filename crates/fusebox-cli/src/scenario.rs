@@ -73,6 +73,24 @@
 //! replica's probes in that period's epoch, and `min_calls_to_open` counts the calls every
 //! replica admitted (one window cannot open on fewer, whichever replicas made them).
 //!
+//! Partial failure. `traffic.keys = N` spreads the calls over `N` keys (`key-00`,
+//! `key-01`, …, one per call in turn), sent in the request header the policy's breaker is
+//! keyed by (`breaker.key = "header"`, `key_header`); the dependency names each answer's
+//! key back in the same header. `traffic.endpoints = N` runs the dependency as `N`
+//! servers and the client as tower's balancer over them with a breaker per endpoint
+//! (`fusebox::pool`), under the ejection rules of a `[pool]` table
+//! (`max_ejection_percent`, `panic_threshold`, `endpoint_capacity`). In either, a phase
+//! with `affects = K` applies to the first `K` keys or endpoints only; the others behave
+//! as in the phase before. `[dependency]` bounds what the dependency (each endpoint)
+//! takes: `capacity` requests at once, the rest waiting in line, and at most `queue`
+//! waiting, the rest answered 503 at once. Their expectations: `affected_open` (every
+//! affected key's breaker opens, or every affected endpoint trips), `unaffected_open`,
+//! `max_unaffected_rejected` (calls for unaffected keys refused by a breaker),
+//! `min_ok_percent` / `max_ok_percent` (of the calls started in the phase
+//! `ok_percent_in`, answered 1xx–4xx) and, for a pool, `max_ejected` / `min_ejected` (the
+//! most endpoints out at once). A keyed drill's dependency-wide breaker is the one
+//! `opens` and the other expectations above judge; a pool has none, and refuses them.
+//!
 //! Reading a scenario reports every problem at once, each at its path and position, as
 //! policy files are checked ([`fusebox::config::check`]): unknown keys (with the nearest
 //! known key), values of the wrong type or shape, values out of range, settings that do
@@ -80,6 +98,7 @@
 
 use crate::config::{PolicySpec, locate_problems, policy_from_table, split_path, toml_span};
 use crate::input::{InputError, SourceFile};
+use fusebox::KeyBy;
 use fusebox::config::check::{self, Field, Kind, Node, check_table};
 use fusebox_classify::Validator;
 use fusebox_classify::section::format_duration;
@@ -87,7 +106,7 @@ use std::fmt;
 use std::time::Duration;
 
 /// The built-in scenarios: name, TOML. The first is the default.
-pub const BUILTIN: [(&str, &str); 5] = [
+pub const BUILTIN: [(&str, &str); 8] = [
     ("brownout", include_str!("../scenarios/brownout.toml")),
     (
         "latency-injection",
@@ -101,6 +120,15 @@ pub const BUILTIN: [(&str, &str); 5] = [
     (
         "gradual-recovery",
         include_str!("../scenarios/gradual-recovery.toml"),
+    ),
+    ("hot-shard", include_str!("../scenarios/hot-shard.toml")),
+    (
+        "ejection-cascade",
+        include_str!("../scenarios/ejection-cascade.toml"),
+    ),
+    (
+        "ejection-cascade-unguarded",
+        include_str!("../scenarios/ejection-cascade-unguarded.toml"),
     ),
 ];
 
@@ -184,6 +212,9 @@ pub struct Phase {
     /// Whether the share of calls following this phase grows from 0 to 100 % (the rest
     /// follow the phase before).
     pub ramp: bool,
+    /// With keys or endpoints: only the first this many follow this phase; the others
+    /// behave as in the phase before (`None`: every one).
+    pub affects: Option<u32>,
     /// The response mix.
     pub responses: Vec<ResponseSpec>,
 }
@@ -202,8 +233,8 @@ impl Phase {
         &self.responses[self.responses.len() - 1]
     }
 
-    /// One line: the mix.
-    pub fn describe(&self) -> String {
+    /// One line: the mix (`unit`: what `affects` counts, `key` or `endpoint`).
+    pub fn describe(&self, unit: &str) -> String {
         let total: u32 = self.responses.iter().map(|r| r.weight).sum();
         let parts: Vec<String> = self
             .responses
@@ -221,8 +252,13 @@ impl Phase {
                 format!("{share}{what} at {}", r.latency.describe())
             })
             .collect();
+        let only = match self.affects {
+            Some(1) => format!("the first {unit}: "),
+            Some(n) => format!("the first {n} {unit}s: "),
+            None => String::new(),
+        };
         format!(
-            "{}{}",
+            "{only}{}{}",
             if self.ramp { "ramping to " } else { "" },
             parts.join(", ")
         )
@@ -240,6 +276,48 @@ pub struct Traffic {
     pub method: http::Method,
     /// The path (and query).
     pub path: String,
+    /// Calls cycle over this many keys (`key-00`, `key-01`, …), sent in the header the
+    /// policy's keyed breaker reads (`breaker.key_header`); `None`: no key.
+    pub keys: Option<u32>,
+    /// The dependency runs as this many endpoints, balanced by the client with a breaker
+    /// per endpoint (`fusebox::pool`); `None`: one dependency.
+    pub endpoints: Option<u32>,
+}
+
+impl Traffic {
+    /// The keys or endpoints the calls are spread over (0: neither).
+    pub fn parts(&self) -> u32 {
+        self.keys.or(self.endpoints).unwrap_or(0)
+    }
+
+    /// What [`Phase::affects`] counts: `endpoint` in a pool, else `key`.
+    pub fn unit(&self) -> &'static str {
+        if self.endpoints.is_some() {
+            "endpoint"
+        } else {
+            "key"
+        }
+    }
+}
+
+/// The name of key `i` of a keyed drill.
+pub fn key_name(i: u32) -> String {
+    format!("key-{i:02}")
+}
+
+/// The index of a key named as [`key_name`] makes them.
+pub fn key_index(name: &str) -> Option<u32> {
+    name.strip_prefix("key-")?.parse().ok()
+}
+
+/// How much the dependency takes at once (each endpoint, in a pool).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capacity {
+    /// Requests handled at once; the rest wait in line (`None`: no limit).
+    pub capacity: Option<u32>,
+    /// Requests waiting in line at most; past that a request is answered 503 at once
+    /// (`None`: the line has no end).
+    pub queue: Option<u32>,
 }
 
 /// What the breaker is expected to do.
@@ -265,6 +343,22 @@ pub struct Expect {
     pub max_calls_to_open: Option<u64>,
     /// The most requests the dependency handles at once.
     pub max_dependency_in_flight: Option<usize>,
+    /// Whether every key or endpoint a phase affects has its breaker open at some time.
+    pub affected_open: Option<bool>,
+    /// Whether any key or endpoint no phase affects has its breaker open at some time.
+    pub unaffected_open: Option<bool>,
+    /// Calls for keys no phase affects that a breaker refused, at most.
+    pub max_unaffected_rejected: Option<u64>,
+    /// The phase `min_ok_percent` and `max_ok_percent` measure.
+    pub ok_percent_in: Option<String>,
+    /// Of the calls started in `ok_percent_in`, at least this percent answered 1xx–4xx.
+    pub min_ok_percent: Option<f64>,
+    /// Likewise, at most.
+    pub max_ok_percent: Option<f64>,
+    /// The most endpoints out of the pool at once, at most.
+    pub max_ejected: Option<u32>,
+    /// Likewise, at least.
+    pub min_ejected: Option<u32>,
 }
 
 /// A validated scenario.
@@ -280,6 +374,10 @@ pub struct Scenario {
     pub traffic: Traffic,
     /// The client's policy.
     pub policy: PolicySpec,
+    /// With endpoints: the pool's ejection rules.
+    pub pool: Option<fusebox::pool::PoolConfig>,
+    /// What the dependency (each endpoint) takes at once.
+    pub capacity: Capacity,
     /// The phases, in order.
     pub phases: Vec<Phase>,
     /// The expectations.
@@ -311,6 +409,31 @@ impl Scenario {
     pub fn phase_start(&self, i: usize) -> Duration {
         self.phases.iter().take(i).map(|p| p.duration).sum()
     }
+
+    /// The phase whose behaviour key or endpoint `part` follows during phase `i`: `i`
+    /// itself, unless `i` affects only the first few and `part` is not one of them
+    /// (or is `None`); then, likewise, the phase before.
+    pub fn phase_for(&self, mut i: usize, part: Option<u32>) -> usize {
+        while i > 0
+            && self.phases[i]
+                .affects
+                .is_some_and(|n| part.is_none_or(|p| p >= n))
+        {
+            i -= 1;
+        }
+        i
+    }
+
+    /// Whether some phase affects key or endpoint `part` (with no phase limited to the
+    /// first few, every part is affected by every phase).
+    pub fn affected(&self, part: u32) -> bool {
+        let limited = self.phases.iter().any(|p| p.affects.is_some());
+        !limited
+            || self
+                .phases
+                .iter()
+                .any(|p| p.affects.is_some_and(|n| part < n))
+    }
 }
 
 const U32: Kind = Kind::Uint(u32::MAX as u64);
@@ -327,19 +450,32 @@ const SCENARIO: &[Field] = &[
     ("policy", Kind::Custom),
     ("phases", Kind::List(PHASE)),
     ("expect", Kind::Table(EXPECT)),
+    ("pool", Kind::Table(POOL)),
+    ("dependency", Kind::Table(DEPENDENCY)),
 ];
+
+const POOL: &[Field] = &[
+    ("max_ejection_percent", U64),
+    ("panic_threshold", U64),
+    ("endpoint_capacity", U64),
+];
+
+const DEPENDENCY: &[Field] = &[("capacity", U64), ("queue", U64)];
 
 const TRAFFIC: &[Field] = &[
     ("rate", Kind::Float),
     ("concurrency", U64),
     ("method", Kind::Str),
     ("path", Kind::Str),
+    ("keys", U64),
+    ("endpoints", U64),
 ];
 
 const PHASE: &[Field] = &[
     ("name", Kind::Str),
     ("duration", Kind::Duration),
     ("ramp", Kind::Bool),
+    ("affects", U64),
     ("status", U64),
     ("reset", Kind::Bool),
     // A duration, { min, max } or { p50, p99 }.
@@ -375,6 +511,14 @@ const EXPECT: &[Field] = &[
     ("min_calls_to_open", U64),
     ("max_calls_to_open", U64),
     ("max_dependency_in_flight", U64),
+    ("affected_open", Kind::Bool),
+    ("unaffected_open", Kind::Bool),
+    ("max_unaffected_rejected", U64),
+    ("ok_percent_in", Kind::Str),
+    ("min_ok_percent", Kind::Float),
+    ("max_ok_percent", Kind::Float),
+    ("max_ejected", U64),
+    ("min_ejected", U64),
 ];
 
 const REASONS: [&str; 3] = ["failure_rate", "slow_call_rate", "consecutive_failures"];
@@ -498,6 +642,11 @@ pub fn load_scenario(
         Some(e @ Node::Map(_)) => read_expect(&mut p, e, &phases),
         _ => Expect::default(),
     };
+    if let Some(traffic) = &traffic {
+        check_parts(&mut p, traffic, policy.as_ref(), &phases, &root);
+    }
+    let pool = read_pool(&mut p, root.get("pool"), traffic.as_ref());
+    let capacity = read_capacity(root.get("dependency"));
 
     match (policy, traffic) {
         (Some(policy), Some(traffic)) if p.found.is_empty() => Ok(Scenario {
@@ -506,10 +655,184 @@ pub fn load_scenario(
             seed: read(root.get("seed"), |n| check::uint(n, u64::MAX)).unwrap_or(1),
             traffic,
             policy,
+            pool,
+            capacity,
             phases,
             expect,
         }),
         _ => Err(p.found),
+    }
+}
+
+/// The header a keyed breaker reads the key from, if `policy` keys its breaker by one.
+pub fn key_header(policy: &PolicySpec) -> Option<http::HeaderName> {
+    let mut key = policy.policy().breaker_key()?;
+    loop {
+        match key {
+            KeyBy::Header(name) => return Some(name.clone()),
+            KeyBy::Answered(inner, _) => key = inner,
+            _ => return None,
+        }
+    }
+}
+
+/// The settings of keyed and pooled drills, checked against each other: keys need a
+/// breaker keyed by a header; `affects` needs keys or endpoints; the expectations about
+/// keys, endpoints and the pool need them; a pool has no breaker of the dependency's.
+fn check_parts(
+    p: &mut Problems<'_>,
+    traffic: &Traffic,
+    policy: Option<&PolicySpec>,
+    phases: &[Phase],
+    root: &Node,
+) {
+    if let Some(keys) = traffic.keys {
+        if !(1..=1000).contains(&keys) {
+            p.at(
+                "traffic.keys",
+                format!("must be within 1..=1000, got {keys}"),
+            );
+        }
+        if traffic.endpoints.is_some() {
+            p.at(
+                "traffic.endpoints",
+                "a drill spreads its calls over keys or over endpoints, not both",
+            );
+        }
+        if let Some(policy) = policy
+            && key_header(policy).is_none()
+        {
+            p.at(
+                "traffic.keys",
+                "needs a breaker keyed by a request header: set policy.breaker.key = \"header\" and key_header",
+            );
+        }
+    }
+    if let Some(n) = traffic.endpoints
+        && !(2..=64).contains(&n)
+    {
+        p.at(
+            "traffic.endpoints",
+            format!("must be within 2..=64, got {n}"),
+        );
+    }
+    if traffic.endpoints.is_some()
+        && let Some(policy) = policy
+        && policy.policy().breaker_key().is_some()
+    {
+        p.at(
+            "policy.breaker.key",
+            "a pool keys its breakers by endpoint: leave the key out",
+        );
+    }
+    let parts = traffic.parts();
+    for (i, phase) in phases.iter().enumerate() {
+        let Some(n) = phase.affects else { continue };
+        let path = format!("phases[{i}].affects");
+        if parts == 0 {
+            p.at(&path, "needs traffic.keys or traffic.endpoints");
+        } else if n == 0 || n > parts {
+            p.at(&path, format!("must be within 1..={parts}, got {n}"));
+        }
+        if i == 0 {
+            p.at(
+                &path,
+                "the first phase has no phase before it for the others to follow",
+            );
+        }
+    }
+    let Some(expect) = root.get("expect") else {
+        return;
+    };
+    let has = |key: &str| expect.get(key).is_some();
+    for key in ["affected_open", "unaffected_open"] {
+        if has(key) && parts == 0 {
+            p.at(
+                &format!("expect.{key}"),
+                "needs traffic.keys or traffic.endpoints",
+            );
+        }
+    }
+    if has("max_unaffected_rejected") && traffic.keys.is_none() {
+        p.at("expect.max_unaffected_rejected", "needs traffic.keys");
+    }
+    for key in ["max_ejected", "min_ejected"] {
+        if has(key) && traffic.endpoints.is_none() {
+            p.at(&format!("expect.{key}"), "needs traffic.endpoints");
+        }
+    }
+    if traffic.endpoints.is_some() {
+        for key in [
+            "opens",
+            "open_reason",
+            "first_open_in",
+            "no_open_in",
+            "closed_at_end",
+            "max_half_open_calls",
+            "half_open_calls",
+            "min_calls_to_open",
+            "max_calls_to_open",
+        ] {
+            if has(key) {
+                p.at(
+                    &format!("expect.{key}"),
+                    "a pool has a breaker per endpoint and none for the dependency: use affected_open, unaffected_open, max_ejected or min_ejected",
+                );
+            }
+        }
+    }
+}
+
+/// `[pool]`, with endpoints.
+fn read_pool(
+    p: &mut Problems<'_>,
+    node: Option<&Node>,
+    traffic: Option<&Traffic>,
+) -> Option<fusebox::pool::PoolConfig> {
+    let endpoints = traffic.and_then(|t| t.endpoints);
+    if node.is_some() && endpoints.is_none() {
+        p.at("pool", "needs traffic.endpoints");
+        return None;
+    }
+    endpoints?;
+    let mut builder = fusebox::pool::PoolConfig::builder();
+    if let Some(node) = node {
+        let percent = |key: &str| read(node.get(key), |n| check::uint(n, u64::MAX));
+        for key in ["max_ejection_percent", "panic_threshold"] {
+            if let Some(v) = percent(key) {
+                let v = u8::try_from(v).unwrap_or(u8::MAX);
+                builder = if key == "panic_threshold" {
+                    builder.panic_threshold(v)
+                } else {
+                    builder.max_ejection_percent(v)
+                };
+            }
+        }
+        if let Some(c) = percent("endpoint_capacity") {
+            builder = builder.endpoint_capacity(u32::try_from(c).unwrap_or(u32::MAX));
+        }
+    }
+    match builder.build() {
+        Ok(config) => Some(config),
+        Err(e) => {
+            for problem in e.problems() {
+                let path = format!("pool.{}", problem.path());
+                p.at(&path, problem.rule());
+            }
+            None
+        }
+    }
+}
+
+/// `[dependency]`: what the dependency takes at once.
+fn read_capacity(node: Option<&Node>) -> Capacity {
+    let count = |key: &str| {
+        read(node.and_then(|n| n.get(key)), |n| check::uint(n, u64::MAX))
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+    };
+    Capacity {
+        capacity: count("capacity").map(|c| c.max(1)),
+        queue: count("queue"),
     }
 }
 
@@ -562,11 +885,16 @@ fn read_traffic(p: &mut Problems<'_>, node: Option<&Node>) -> Option<Traffic> {
             format!("{path:?} must be a path starting with /"),
         );
     }
+    let count = |key: &str| {
+        read(t.get(key), |n| check::uint(n, u64::MAX)).map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+    };
     Some(Traffic {
         rate: rate?,
         concurrency: usize::try_from(concurrency.unwrap_or(64)).unwrap_or(usize::MAX),
         method: method?,
         path,
+        keys: count("keys"),
+        endpoints: count("endpoints"),
     })
 }
 
@@ -679,10 +1007,13 @@ fn read_phases(p: &mut Problems<'_>, node: Option<&Node>) -> Vec<Phase> {
             // Not a list: reported by the check.
             (Some(_), false) => {}
         }
+        let affects = read(ph.get("affects"), |n| check::uint(n, u64::MAX))
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         phases.push(Phase {
             name,
             duration,
             ramp,
+            affects,
             responses,
         });
     }
@@ -775,6 +1106,39 @@ fn read_expect(p: &mut Problems<'_>, e: &Node, phases: &[Phase]) -> Expect {
         check::uint(n, u64::MAX)
     })
     .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+    expect.affected_open = read(e.get("affected_open"), check::boolean);
+    expect.unaffected_open = read(e.get("unaffected_open"), check::boolean);
+    expect.max_unaffected_rejected = read(e.get("max_unaffected_rejected"), |n| {
+        check::uint(n, u64::MAX)
+    });
+    expect.max_ejected = u32_of("max_ejected");
+    expect.min_ejected = u32_of("min_ejected");
+    if let Some(name) = read(e.get("ok_percent_in"), check::string) {
+        phase_named(p, &name, "expect.ok_percent_in", "ok_percent_in");
+        expect.ok_percent_in = Some(name);
+    }
+    for key in ["min_ok_percent", "max_ok_percent"] {
+        let Some(v) = read(e.get(key), check::float) else {
+            continue;
+        };
+        if !(0.0..=100.0).contains(&v) {
+            p.at(
+                &format!("expect.{key}"),
+                format!("must be within 0..=100, got {v}"),
+            );
+        }
+        if expect.ok_percent_in.is_none() {
+            p.place(
+                "expect",
+                format!("expect.{key}: measures the phase ok_percent_in names: set it"),
+            );
+        }
+        if key == "min_ok_percent" {
+            expect.min_ok_percent = Some(v);
+        } else {
+            expect.max_ok_percent = Some(v);
+        }
+    }
     if (e.get("min_calls_to_open").is_some() || e.get("max_calls_to_open").is_some())
         && e.get("first_open_in").is_none()
     {
@@ -1097,5 +1461,125 @@ frist_open_in = "b"
                 "s.toml:13:10: phases[1].status: must be a whole number, got \"200\"",
             ]
         );
+    }
+
+    #[test]
+    fn keys_endpoints_and_their_expectations_are_checked_against_each_other() {
+        let text = r#"[traffic]
+rate = 10
+keys = 4
+endpoints = 3
+[policy.breaker]
+count_window = 10
+minimum_calls = 5
+[pool]
+max_ejection_percent = 0
+[[phases]]
+name = "a"
+duration = "1s"
+status = 200
+affects = 2
+[[phases]]
+name = "b"
+duration = "1s"
+status = 503
+affects = 9
+[expect]
+max_ejected = 1
+min_ok_percent = 120
+opens = true
+"#;
+        assert_eq!(
+            problems("s.toml", text),
+            [
+                "s.toml:22:18: expect.min_ok_percent: must be within 0..=100, got 120",
+                "s.toml:20:2: expect.min_ok_percent: measures the phase ok_percent_in names: set it",
+                "s.toml:4:13: traffic.endpoints: a drill spreads its calls over keys or over endpoints, not both",
+                "s.toml:3:8: traffic.keys: needs a breaker keyed by a request header: set policy.breaker.key = \"header\" and key_header",
+                "s.toml:14:11: phases[0].affects: the first phase has no phase before it for the others to follow",
+                "s.toml:19:11: phases[1].affects: must be within 1..=4, got 9",
+                "s.toml:23:9: expect.opens: a pool has a breaker per endpoint and none for the dependency: use affected_open, unaffected_open, max_ejected or min_ejected",
+                "s.toml:9:24: pool.max_ejection_percent: must be between 1 and 100, got 0 (to never eject, disable the breaker)",
+            ]
+        );
+        // Without keys or endpoints: `affects`, the rows' expectations and `[pool]` have
+        // nothing to count.
+        let text = r#"[traffic]
+rate = 10
+[policy.breaker]
+count_window = 20
+[pool]
+panic_threshold = 10
+[[phases]]
+name = "a"
+duration = "1s"
+status = 200
+[[phases]]
+name = "b"
+duration = "1s"
+status = 503
+affects = 1
+[expect]
+affected_open = true
+max_unaffected_rejected = 0
+"#;
+        assert_eq!(
+            problems("s.toml", text),
+            [
+                "s.toml:15:11: phases[1].affects: needs traffic.keys or traffic.endpoints",
+                "s.toml:17:17: expect.affected_open: needs traffic.keys or traffic.endpoints",
+                "s.toml:18:27: expect.max_unaffected_rejected: needs traffic.keys",
+                "s.toml:5:2: pool: needs traffic.endpoints",
+            ]
+        );
+        // A pool has no breaker of the dependency's to expect things of, and keys its
+        // breakers by endpoint itself.
+        let text = r#"[traffic]
+rate = 10
+endpoints = 3
+[policy.breaker]
+count_window = 20
+key = "host"
+[[phases]]
+name = "a"
+duration = "1s"
+status = 200
+[expect]
+opens = true
+closed_at_end = true
+"#;
+        assert_eq!(
+            problems("s.toml", text),
+            [
+                "s.toml:6:7: policy.breaker.key: a pool keys its breakers by endpoint: leave the key out",
+                "s.toml:12:9: expect.opens: a pool has a breaker per endpoint and none for the dependency: use affected_open, unaffected_open, max_ejected or min_ejected",
+                "s.toml:13:17: expect.closed_at_end: a pool has a breaker per endpoint and none for the dependency: use affected_open, unaffected_open, max_ejected or min_ejected",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_phase_that_affects_a_few_leaves_the_others_to_the_phase_before() {
+        let s = load_scenario(
+            &SourceFile::new("c", builtin("ejection-cascade").unwrap()),
+            None,
+        )
+        .unwrap();
+        let degraded = 1;
+        assert_eq!(s.phases[degraded].affects, Some(1));
+        assert_eq!(s.phase_for(degraded, Some(0)), degraded, "e0 is degraded");
+        assert_eq!(s.phase_for(degraded, Some(1)), 0, "e1 stays healthy");
+        assert_eq!(s.phase_for(degraded, None), 0);
+        assert_eq!(s.phase_for(2, Some(1)), 2, "every endpoint recovers");
+        assert!(s.affected(0) && !s.affected(4));
+        assert_eq!(
+            s.phases[degraded].describe(s.traffic.unit()),
+            "the first endpoint: 200 at 100ms"
+        );
+        assert_eq!(
+            (key_name(7), key_index("key-07")),
+            ("key-07".to_owned(), Some(7))
+        );
+        assert_eq!(key_index("shard-7"), None);
     }
 }

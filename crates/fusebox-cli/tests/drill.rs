@@ -181,13 +181,18 @@ fn svg_is_well_formed(path: &std::path::Path, title: &str) {
         .filter_map(|n| n.text())
         .collect();
     assert!(texts.iter().any(|t| t.contains(title)), "{texts:?}");
-    for label in [
-        "closed",
-        "open",
-        "half-open",
-        "rejected by breaker",
-        "callers p99",
-    ] {
+    // A pool drill's state rows are its endpoints', with their own legend.
+    let pool = texts.contains(&"endpoints");
+    let states: &[&str] = if pool {
+        &["serving", "ejected", "probing", "tripped, kept in"]
+    } else {
+        &["closed", "open", "half-open"]
+    };
+    for label in states
+        .iter()
+        .copied()
+        .chain(["rejected by breaker", "callers p99"])
+    {
         assert!(
             texts.contains(&label),
             "legend {label:?} missing: {texts:?}"
@@ -313,6 +318,16 @@ fn every_builtin_scenario_passes_on_virtual_time() {
         assert_eq!(run.code, 0, "{name}:\n{}\n{}", run.stdout, run.stderr);
         assert!(run.stdout.contains("PASS"), "{name}: {}", run.stdout);
         svg_is_well_formed(&dir.join(name).join("chart.svg"), name);
+        // A row per key or endpoint, named.
+        let report = read_json(&dir.join(name), "report.json");
+        if let Some(rows) = report["parts"]["rows"].as_array() {
+            let svg = std::fs::read_to_string(dir.join(name).join("chart.svg")).unwrap();
+            for row in rows {
+                let label = format!(">{}</text>", row["name"].as_str().unwrap());
+                assert!(svg.contains(&label), "{name}: no row {label}");
+            }
+            assert!(rows.len() >= 5, "{name}: {} rows", rows.len());
+        }
     }
 }
 
@@ -335,4 +350,146 @@ fn list_and_show_builtins() {
     let run = fusebox(&dir, &["check", "mine.toml"]);
     run.assert_code(0);
     run.assert_stdout(&["scenario \"unavailable\", no problems"]);
+}
+
+/// A built-in scenario, loaded (with `edit` applied to its text first).
+fn builtin_scenario(name: &str, edit: impl Fn(&str) -> String) -> fusebox_cli::scenario::Scenario {
+    let text = edit(fusebox_cli::scenario::builtin(name).expect("a built-in"));
+    load_scenario(&SourceFile::new(name, &text), None).unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+fn quiet() -> DrillOptions {
+    DrillOptions {
+        progress: None,
+        ..DrillOptions::default()
+    }
+}
+
+/// The names of the rows whose breaker opened (or endpoint tripped).
+fn opened(report: &drill::report::DrillReport) -> Vec<&str> {
+    let parts = report.parts.as_ref().expect("rows per key or endpoint");
+    parts
+        .rows
+        .iter()
+        .filter(|r| r.openings > 0)
+        .map(|r| r.name.as_str())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hot_shard_opens_its_own_breakers_and_not_the_dependency() {
+    let scenario = builtin_scenario("hot-shard", str::to_owned);
+    let (out, lines) = collect();
+    let report = drill::run(&scenario, &quiet(), out).await.unwrap();
+    assert!(report.passed, "{:#?}", report.expectations);
+
+    // Only the two hot shards' breakers opened; each probed while it was hot (and
+    // re-opened), and each is closed again at the end.
+    assert_eq!(opened(&report), ["key-00", "key-01"]);
+    let parts = report.parts.as_ref().unwrap();
+    assert_eq!(parts.kind, "key");
+    assert_eq!(parts.rows.len(), 20);
+    for row in &parts.rows[..2] {
+        assert!(row.affected && row.openings >= 1, "{row:?}");
+        let probed = row.changes.iter().filter(|c| c.1 == "half_open").count();
+        assert!(probed >= 3, "{row:?}");
+        assert_eq!(row.changes.last().map(|c| c.1), Some("closed"), "{row:?}");
+        assert!(row.rejected.unwrap() > 0, "{row:?}");
+    }
+    // The healthy shards' calls all went through: not one refused.
+    for row in &parts.rows[2..] {
+        assert!(!row.affected, "{row:?}");
+        assert_eq!(row.rejected, Some(0), "{row:?}");
+        assert!(row.calls.unwrap() >= 120, "{row:?}");
+    }
+    // The dependency-wide breaker never moved.
+    assert!(report.replica_reports[0].transitions.is_empty());
+    let lines = lines.lock().unwrap();
+    assert!(lines.iter().any(|l| l.contains("key-00 CLOSED → OPEN")));
+    assert!(!lines.iter().any(|l| l.contains("key-05 CLOSED → OPEN")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_spread_rule_the_hot_shards_open_the_dependency_for_everyone() {
+    let scenario = builtin_scenario("hot-shard", |text| {
+        text.replace("[policy.breaker.spread]\nmin_failing_key_share = 0.5\n", "")
+    });
+    assert!(scenario.policy.policy().key_spread().is_none());
+    let report = drill::run(&scenario, &quiet(), collect().0).await.unwrap();
+    assert!(!report.passed);
+    let failed: Vec<&str> = report
+        .expectations
+        .iter()
+        .filter(|c| !c.ok)
+        .map(|c| c.expectation.as_str())
+        .collect();
+    assert_eq!(failed, ["opens = false", "max_unaffected_rejected = 0"]);
+    // The dependency-wide breaker opened in the hot phase, on 10 % of the calls failing.
+    let first = &report.replica_reports[0].transitions[0];
+    assert_eq!((first.to, first.phase.as_str()), ("open", "hot-shards"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ejection_cap_and_the_headroom_check_avert_the_cascade_that_their_absence_causes() {
+    let guarded = drill::run(
+        &builtin_scenario("ejection-cascade", str::to_owned),
+        &quiet(),
+        collect().0,
+    )
+    .await
+    .unwrap();
+    assert!(guarded.passed, "{:#?}", guarded.expectations);
+    let parts = guarded.parts.as_ref().unwrap();
+    assert_eq!((parts.kind, parts.rows.len()), ("endpoint", 5));
+    assert!(parts.max_ejected.unwrap() <= 1, "{parts:?}");
+    assert!(opened(&guarded).contains(&"e0"));
+    let kept_in = parts
+        .rows
+        .iter()
+        .any(|r| r.changes.iter().any(|c| c.1 == "would_eject"));
+    assert!(kept_in, "tripped endpoints were kept in: {parts:?}");
+
+    let unguarded = drill::run(
+        &builtin_scenario("ejection-cascade-unguarded", str::to_owned),
+        &quiet(),
+        collect().0,
+    )
+    .await
+    .unwrap();
+    assert!(unguarded.passed, "{:#?}", unguarded.expectations);
+    let parts = unguarded.parts.as_ref().unwrap();
+    assert!(parts.max_ejected.unwrap() >= 4, "{parts:?}");
+    assert_eq!(opened(&unguarded).len(), 5, "every endpoint went out");
+
+    // What callers got in the degraded phase, guarded and not.
+    let ok = |r: &drill::report::DrillReport| {
+        r.expectations
+            .iter()
+            .find(|c| c.expectation.starts_with("m") && c.expectation.contains("ok_percent"))
+            .map(|c| c.detail.clone())
+            .unwrap()
+    };
+    let percent = |detail: String| -> f64 {
+        let open = detail.rfind('(').unwrap();
+        detail[open + 1..].trim_end_matches(" %)").parse().unwrap()
+    };
+    let (g, u) = (percent(ok(&guarded)), percent(ok(&unguarded)));
+    assert!(g >= 80.0 && u <= 50.0, "guarded {g} %, unguarded {u} %");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pool_drill_refuses_replicas_and_a_store() {
+    let scenario = builtin_scenario("ejection-cascade", str::to_owned);
+    let options = DrillOptions {
+        replicas: 2,
+        progress: None,
+        store: None,
+    };
+    let error = drill::run(&scenario, &options, collect().0)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("leave out --replicas"),
+        "{error}"
+    );
 }

@@ -611,14 +611,18 @@ fn check_scenario(name: &str, text: &str) -> Result<(), TestCaseError> {
             // What the drill does with a valid scenario must not overflow either.
             let _ = s.duration();
             let _ = s.phase_at(Duration::MAX);
-            for phase in &s.phases {
+            for (i, phase) in s.phases.iter().enumerate() {
                 prop_assert!(!phase.responses.is_empty());
+                // Which phase a key or endpoint follows is always a phase.
+                for part in (0..s.traffic.parts().min(64)).map(Some).chain([None]) {
+                    prop_assert!(s.phase_for(i, part) <= i);
+                }
                 for u in [0.0, 0.5, 0.999_999_999] {
                     let r = phase.pick(u);
                     let _ = r.latency.sample(u, u);
                     let _ = r.latency.sample(1.0 - f64::EPSILON, 0.0);
                 }
-                let _ = phase.describe();
+                let _ = phase.describe(s.traffic.unit());
             }
             Ok(())
         }

@@ -249,8 +249,19 @@ fn every_builtin_scenario_has_its_fleet_drill() {
         "unavailable",
         "gradual-recovery",
     ];
+    // The drills over keys or endpoints run one client with its breakers in memory: no
+    // fleet (see `a_drill_over_keys_or_endpoints_refuses_a_fleet`).
+    let one_client = |text: &str| {
+        let source = fusebox_cli::input::SourceFile::new("builtin", text);
+        fusebox_cli::scenario::load_scenario(&source, None)
+            .expect("a valid built-in")
+            .traffic
+            .parts()
+            > 0
+    };
     let mut builtin: Vec<&str> = fusebox_cli::scenario::BUILTIN
         .iter()
+        .filter(|(_, text)| !one_client(text))
         .map(|(name, _)| *name)
         .collect();
     builtin.sort_unstable();
@@ -260,4 +271,29 @@ fn every_builtin_scenario_has_its_fleet_drill() {
         builtin, tested,
         "a built-in scenario without a fleet drill test"
     );
+}
+
+#[test]
+fn a_drill_over_keys_or_endpoints_refuses_a_fleet() {
+    let dir = scratch("redis-partial");
+    for scenario in [
+        "hot-shard",
+        "ejection-cascade",
+        "ejection-cascade-unguarded",
+    ] {
+        for flags in [
+            &["--store", "redis://127.0.0.1:1/0"][..],
+            &["--replicas", "2"][..],
+        ] {
+            let mut args = vec!["drill", scenario, "--virtual-time", "-q"];
+            args.extend_from_slice(flags);
+            let result = fusebox(&dir, &args);
+            assert_eq!(result.code, 2, "{scenario} {flags:?}: {}", result.stderr);
+            assert!(
+                result.stderr.contains("leave out --replicas and --store"),
+                "{scenario} {flags:?}: {}",
+                result.stderr
+            );
+        }
+    }
 }

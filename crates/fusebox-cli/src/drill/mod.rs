@@ -18,7 +18,8 @@ pub mod stack;
 use crate::input::InputError;
 use crate::scenario::Scenario;
 use bytes::Bytes;
-use fusebox_breaker::{BreakerEvent, EventKind, State};
+use fusebox::pool::PoolEventKind;
+use fusebox_breaker::{BreakerEvent, BreakerHandle, EventKind, State};
 use fusebox_classify::ErrorKind;
 use fusebox_classify::section::format_duration;
 use fusebox_redis::{OnRedis, RedisStoreConfig};
@@ -110,7 +111,9 @@ impl std::fmt::Display for DrillError {
 impl std::error::Error for DrillError {}
 
 struct Replica {
-    stack: stack::Stack,
+    service: stack::DrillService,
+    /// The dependency-wide breaker (none in a pool drill).
+    breaker: Option<BreakerHandle>,
     log: Arc<Mutex<Vec<Logged>>>,
     records: Arc<Mutex<Vec<CallRecord>>>,
     in_flight: Arc<AtomicUsize>,
@@ -211,11 +214,26 @@ pub async fn run(
     out: Out,
 ) -> Result<DrillReport, DrillError> {
     let replicas_n = options.replicas.max(1);
+    let parts = scenario.traffic.parts();
+    if parts > 0 && (replicas_n > 1 || options.store.is_some()) {
+        return Err(DrillError::Input(InputError::new(
+            "a drill over keys or endpoints runs one client, its breakers in memory: leave out --replicas and --store",
+        )));
+    }
     let t0 = Instant::now();
-    let dependency = server::Dependency::start(scenario, t0)
+    let key_header = scenario
+        .traffic
+        .keys
+        .and_then(|_| crate::scenario::key_header(&scenario.policy));
+    let dependency = server::Dependency::start(scenario, t0, key_header.clone())
         .await
         .map_err(DrillError::Io)?;
-    let uri: http::Uri = format!("http://{}{}", dependency.addr(), scenario.traffic.path)
+    let host = if scenario.traffic.endpoints.is_some() {
+        "pool".to_owned()
+    } else {
+        dependency.addr().to_string()
+    };
+    let uri: http::Uri = format!("http://{host}{}", scenario.traffic.path)
         .parse()
         .map_err(|e| DrillError::Input(InputError::new(format!("bad traffic.path: {e}"))))?;
     let breaker_cfg = scenario
@@ -227,16 +245,64 @@ pub async fn run(
         breaker_cfg.failure_rate_threshold(),
         breaker_cfg.slow_call_rate_threshold(),
     );
+    // Keyed and pooled drills: what each key's breaker or each endpoint did.
+    let changes: Arc<Mutex<Vec<report::PartChange>>> = Arc::new(Mutex::new(Vec::new()));
 
     let mut replicas = Vec::with_capacity(replicas_n);
+    let mut pool = None;
     for r in 0..replicas_n {
         let log: Arc<Mutex<Vec<Logged>>> = Arc::new(Mutex::new(Vec::new()));
+        let tl = Arc::clone(&log);
+        let tap: TapFn = Arc::new(move |tap: Tap| {
+            let at = ns_since(t0);
+            lock(&tl).push(Logged::Tap(tap, at));
+        });
+        if let (Some(_), Some(config)) = (scenario.traffic.endpoints, scenario.pool) {
+            let (o, c) = (Arc::clone(&out), Arc::clone(&changes));
+            let listener = move |ev: &fusebox::pool::PoolEvent| {
+                let at = ns_since(t0);
+                o(&pool_line(at, ev));
+                let part = ev
+                    .endpoint
+                    .as_deref()
+                    .and_then(|e| e.strip_prefix('e'))
+                    .and_then(|n| n.parse().ok());
+                let to = match ev.kind {
+                    PoolEventKind::Ejected { .. } => "ejected",
+                    PoolEventKind::WouldEject { .. } => "would_eject",
+                    PoolEventKind::Returned => "serving",
+                    _ => return,
+                };
+                if let Some(part) = part {
+                    lock(&c).push(report::PartChange { at, part, to });
+                }
+            };
+            let built = stack::build_pool(
+                &scenario.policy,
+                config,
+                dependency.addrs(),
+                scenario.seed,
+                listener,
+                tap,
+            )
+            .map_err(DrillError::Input)?;
+            pool = Some(built.pool);
+            replicas.push(Replica {
+                service: built.service,
+                breaker: None,
+                log,
+                records: Arc::new(Mutex::new(Vec::new())),
+                in_flight: Arc::new(AtomicUsize::new(0)),
+                samples: Vec::new(),
+            });
+            continue;
+        }
         let tag = if replicas_n > 1 {
             format!("r{} ", r + 1)
         } else {
             String::new()
         };
-        let (l, o) = (Arc::clone(&log), Arc::clone(&out));
+        let (l, o, c) = (Arc::clone(&log), Arc::clone(&out), Arc::clone(&changes));
         let listener = move |ev: &BreakerEvent| {
             if let EventKind::Transition(t) = &ev.kind {
                 let at = ns_since(t0);
@@ -250,15 +316,25 @@ pub async fn run(
                     jitter: t.jitter,
                     generation: t.generation,
                 };
-                o(&transition_line(&tag, at, &info, fthr, sthr));
-                lock(&l).push(Logged::Transition(info));
+                match ev.key.as_deref() {
+                    // A key's breaker.
+                    Some(key) => {
+                        o(&transition_line(&format!("{key} "), at, &info, fthr, sthr));
+                        if let Some(part) = crate::scenario::key_index(key) {
+                            lock(&c).push(report::PartChange {
+                                at,
+                                part,
+                                to: t.to.as_str(),
+                            });
+                        }
+                    }
+                    None => {
+                        o(&transition_line(&tag, at, &info, fthr, sthr));
+                        lock(&l).push(Logged::Transition(info));
+                    }
+                }
             }
         };
-        let tl = Arc::clone(&log);
-        let tap: TapFn = Arc::new(move |tap: Tap| {
-            let at = ns_since(t0);
-            lock(&tl).push(Logged::Tap(tap, at));
-        });
         let redis = match &options.store {
             Some(config) => {
                 let redis = OnRedis::new(config.clone());
@@ -281,7 +357,8 @@ pub async fn run(
         )
         .map_err(DrillError::Input)?;
         replicas.push(Replica {
-            stack,
+            service: stack.service,
+            breaker: Some(stack.breaker),
             log,
             records: Arc::new(Mutex::new(Vec::new())),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -290,8 +367,13 @@ pub async fn run(
     }
 
     let total = scenario.duration();
+    let spread = match (scenario.traffic.keys, scenario.traffic.endpoints) {
+        (Some(k), _) => format!(", over {k} keys"),
+        (None, Some(n)) => format!(", over a pool of {n} endpoints"),
+        (None, None) => String::new(),
+    };
     out(&format!(
-        "drill {:?}: {} at {} calls/s (at most {} in flight){}, dependency on http://{}",
+        "drill {:?}: {} at {} calls/s (at most {} in flight){}{spread}, dependency on http://{}",
         scenario.name,
         format_duration(total),
         scenario.traffic.rate,
@@ -314,21 +396,39 @@ pub async fn run(
     let mut phase_shown = usize::MAX;
     let mut next_sample = Duration::ZERO;
     let mut next_progress = options.progress.unwrap_or(Duration::MAX);
+    let mut max_ejected = 0u32;
     loop {
         interval.tick().await;
         let elapsed = Instant::now().saturating_duration_since(t0);
         while elapsed >= next_sample {
             for r in &mut replicas {
-                let snap = r.stack.breaker.snapshot();
-                r.samples.push(Sample {
-                    at_ms: next_sample.as_secs_f64() * 1e3,
-                    state: snap.state.as_str(),
-                    failure_rate: snap.failure_rate,
-                    slow_rate: snap.slow_call_rate,
-                    window_calls: snap.window.calls,
-                });
+                if let Some(breaker) = &r.breaker {
+                    r.samples
+                        .push(sample(next_sample.as_secs_f64() * 1e3, breaker));
+                }
             }
             next_sample += bucket;
+        }
+        if let Some(pool) = &pool {
+            // The pool's endpoints move on their own: read them at every tick.
+            let status = pool.status();
+            max_ejected = max_ejected.max(u32::try_from(status.ejected).unwrap_or(u32::MAX));
+            let at = ns_since(t0);
+            let mut c = lock(&changes);
+            for e in &status.endpoints {
+                let Some(part) = e.endpoint.strip_prefix('e').and_then(|n| n.parse().ok()) else {
+                    continue;
+                };
+                let to = e.status.as_str();
+                let last = c
+                    .iter()
+                    .rev()
+                    .find(|x| x.part == part)
+                    .map_or("serving", |x| x.to);
+                if last != to {
+                    c.push(report::PartChange { at, part, to });
+                }
+            }
         }
         if elapsed >= total {
             break;
@@ -342,7 +442,7 @@ pub async fn run(
                 clock(elapsed.as_nanos() as u64),
                 p.name,
                 format_duration(p.duration),
-                p.describe()
+                p.describe(scenario.traffic.unit())
             ));
         }
         if elapsed >= next_progress {
@@ -350,29 +450,38 @@ pub async fn run(
                 elapsed,
                 &scenario.phases[phase].name,
                 &replicas,
+                pool.as_ref(),
             ));
             next_progress += options.progress.unwrap_or(Duration::MAX);
         }
         let due = (elapsed.as_secs_f64() * rate) as u64 + 1;
         while issued < due {
+            let part = scenario
+                .traffic
+                .keys
+                .map(|k| (issued % u64::from(k)) as u32);
             issued += 1;
             for r in &replicas {
                 let start = ns_since(t0);
                 if r.in_flight.load(Ordering::Relaxed) >= scenario.traffic.concurrency {
                     lock(&r.records).push(CallRecord {
                         start,
+                        part,
                         latency: 0,
                         outcome: CallOutcome::Skipped,
                     });
                     continue;
                 }
                 r.in_flight.fetch_add(1, Ordering::Relaxed);
-                let request = Request::builder()
+                let mut request = Request::builder()
                     .method(scenario.traffic.method.clone())
-                    .uri(uri.clone())
-                    .body(Empty::<Bytes>::new());
+                    .uri(uri.clone());
+                if let (Some(name), Some(part)) = (&key_header, part) {
+                    request = request.header(name, crate::scenario::key_name(part));
+                }
+                let request = request.body(Empty::<Bytes>::new());
                 let (svc, records, in_flight) = (
-                    r.stack.service.clone(),
+                    r.service.clone(),
                     Arc::clone(&r.records),
                     Arc::clone(&r.in_flight),
                 );
@@ -393,6 +502,7 @@ pub async fn run(
                     let latency = ns_since(t0).saturating_sub(start);
                     lock(&records).push(CallRecord {
                         start,
+                        part,
                         latency,
                         outcome,
                     });
@@ -425,20 +535,18 @@ pub async fn run(
     }
     let ended = ns_since(t0);
     for r in &mut replicas {
-        let snap = r.stack.breaker.snapshot();
-        r.samples.push(Sample {
-            at_ms: ended as f64 / 1e6,
-            state: snap.state.as_str(),
-            failure_rate: snap.failure_rate,
-            slow_rate: snap.slow_call_rate,
-            window_calls: snap.window.calls,
-        });
+        if let Some(breaker) = &r.breaker {
+            r.samples.push(sample(ended as f64 / 1e6, breaker));
+        }
     }
-    let shared_handle = replicas.first().map(|r| r.stack.breaker.clone());
+    let shared_handle = replicas.first().and_then(|r| r.breaker.clone());
     let inputs: Vec<report::ReplicaInput> = replicas
         .into_iter()
         .map(|r| report::ReplicaInput {
-            final_state: r.stack.breaker.state(),
+            final_state: r
+                .breaker
+                .as_ref()
+                .map_or(State::Closed, BreakerHandle::state),
             log: std::mem::take(&mut *lock(&r.log)),
             records: std::mem::take(&mut *lock(&r.records)),
             samples: r.samples,
@@ -450,6 +558,10 @@ pub async fn run(
         // Leave the shared scope closed, so that Redis lets it expire.
         first.reset();
     }
+    let parts = (parts > 0).then(|| report::PartsInput {
+        changes: std::mem::take(&mut *lock(&changes)),
+        max_ejected: pool.as_ref().map(|_| max_ejected),
+    });
     let store = options.store.as_ref().map(|c| {
         // The URL without credentials, and the scope.
         let url = c.url();
@@ -470,12 +582,56 @@ pub async fn run(
         ended,
         bucket,
         inputs,
+        parts,
         dependency.served(),
         dependency.max_in_flight(),
     ))
 }
 
-fn progress_line(elapsed: Duration, phase: &str, replicas: &[Replica]) -> String {
+/// The breaker's state and rates now, for the chart.
+fn sample(at_ms: f64, breaker: &BreakerHandle) -> Sample {
+    let snap = breaker.snapshot();
+    Sample {
+        at_ms,
+        state: snap.state.as_str(),
+        failure_rate: snap.failure_rate,
+        slow_rate: snap.slow_call_rate,
+        window_calls: snap.window.calls,
+    }
+}
+
+/// One live line for a pool event.
+fn pool_line(at: u64, ev: &fusebox::pool::PoolEvent) -> String {
+    let endpoint = ev.endpoint.as_deref().unwrap_or("");
+    let what = match &ev.kind {
+        PoolEventKind::Ejected {
+            ejected,
+            max_ejected,
+        } => format!("{endpoint} ejected ({ejected} out, at most {max_ejected})"),
+        PoolEventKind::WouldEject { reason } => {
+            format!("{endpoint} would eject, kept in: {reason}")
+        }
+        PoolEventKind::Returned => format!("{endpoint} serves again"),
+        PoolEventKind::Panic {
+            active,
+            healthy,
+            endpoints,
+            panic_threshold,
+        } => format!(
+            "panic {}: {healthy} of {endpoints} healthy (threshold {panic_threshold} %)",
+            if *active { "on" } else { "off" }
+        ),
+        other => format!("{endpoint} {other:?}"),
+    };
+    format!("[{}] pool {what}", clock(at))
+}
+
+fn progress_line(
+    elapsed: Duration,
+    phase: &str,
+    replicas: &[Replica],
+    pool: Option<&fusebox::pool::PoolHandle>,
+) -> String {
     let mut calls = 0u64;
     let mut ok = 0u64;
     let mut failed = 0u64;
@@ -497,23 +653,38 @@ fn progress_line(elapsed: Duration, phase: &str, replicas: &[Replica]) -> String
             }
         }
     }
-    let states: Vec<String> = replicas
-        .iter()
-        .map(|r| {
-            let s = r.stack.breaker.snapshot();
+    let states = match pool {
+        Some(pool) => {
+            let s = pool.status();
             format!(
-                "{} (failure {:.0} %, slow {:.0} %)",
-                s.state.as_str(),
-                s.failure_rate,
-                s.slow_call_rate
+                "pool {} ejected of at most {}, {} would eject{}",
+                s.ejected,
+                s.max_ejected,
+                s.would_eject,
+                if s.panic { ", in panic" } else { "" }
             )
-        })
-        .collect();
+        }
+        None => {
+            let states: Vec<String> = replicas
+                .iter()
+                .filter_map(|r| r.breaker.as_ref())
+                .map(|b| {
+                    let s = b.snapshot();
+                    format!(
+                        "{} (failure {:.0} %, slow {:.0} %)",
+                        s.state.as_str(),
+                        s.failure_rate,
+                        s.slow_call_rate
+                    )
+                })
+                .collect();
+            format!("breaker {}", states.join(", "))
+        }
+    };
     format!(
-        "[{}] {:<12} done {calls}: {ok} answered, {failed} 5xx, {timeouts} timed out, {errors} conn errors, {rej_b} rejected by breaker, {rej_l} by limit | breaker {}",
+        "[{}] {:<12} done {calls}: {ok} answered, {failed} 5xx, {timeouts} timed out, {errors} conn errors, {rej_b} rejected by breaker, {rej_l} by limit | {states}",
         clock(elapsed.as_nanos() as u64),
         phase,
-        states.join(", ")
     )
 }
 

@@ -39,6 +39,8 @@ pub enum CallOutcome {
 pub struct CallRecord {
     /// Start, ns since the drill began.
     pub start: u64,
+    /// The call's key, with keys.
+    pub part: Option<u32>,
     /// Latency seen by the caller, ns.
     pub latency: u64,
     /// What came back.
@@ -281,6 +283,57 @@ pub struct Thresholds {
     pub permitted_probes: u32,
 }
 
+/// A change of one key's breaker or of one endpoint's place in the pool, timed on the
+/// drill's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartChange {
+    /// When, ns since the drill began.
+    pub at: u64,
+    /// The key or endpoint.
+    pub part: u32,
+    /// What it is now: a breaker state (`closed`, `open`, `half_open`, …) for a key, a
+    /// status (`serving`, `ejected`, `probing`, `would_eject`) for an endpoint.
+    pub to: &'static str,
+}
+
+/// What keyed and pooled drills record beyond the calls, for [`build`].
+#[derive(Debug, Clone, Default)]
+pub struct PartsInput {
+    /// Every change, in order.
+    pub changes: Vec<PartChange>,
+    /// The most endpoints out of the pool at once (pool drills).
+    pub max_ejected: Option<u32>,
+}
+
+/// One key or endpoint in the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartRow {
+    /// Its name (`key-03`, `e1`).
+    pub name: String,
+    /// Whether some phase affects it.
+    pub affected: bool,
+    /// Times its breaker opened (a key) or it tripped, ejected or not (an endpoint).
+    pub openings: u32,
+    /// Calls made for it (keys only: a pool picks the endpoint).
+    pub calls: Option<u64>,
+    /// Of those, refused by a breaker.
+    pub rejected: Option<u64>,
+    /// Its changes: ms since the start, and what it became (it starts `closed` or
+    /// `serving`).
+    pub changes: Vec<(f64, &'static str)>,
+}
+
+/// The keys' or endpoints' part of the report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartsReport {
+    /// `key` or `endpoint`.
+    pub kind: &'static str,
+    /// One row per key or endpoint.
+    pub rows: Vec<PartRow>,
+    /// The most endpoints out of the pool at once (pool drills).
+    pub max_ejected: Option<u32>,
+}
+
 /// Everything a drill found.
 #[derive(Debug, Clone, Serialize)]
 pub struct DrillReport {
@@ -316,6 +369,9 @@ pub struct DrillReport {
     pub bucket_ms: f64,
     /// The timeline.
     pub timeline: Vec<Bucket>,
+    /// Per key or endpoint, for keyed and pooled drills.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parts: Option<PartsReport>,
     /// The expectations.
     pub expectations: Vec<Check>,
     /// Whether every expectation held.
@@ -356,9 +412,15 @@ pub fn build(
     ended: u64,
     bucket: Duration,
     inputs: Vec<ReplicaInput>,
+    parts: Option<PartsInput>,
     served: Vec<super::server::Served>,
     max_in_flight: u64,
 ) -> DrillReport {
+    let parts = parts.map(|p| parts_report(scenario, p, &inputs));
+    let part_checks = parts
+        .as_ref()
+        .map(|p| check_parts(scenario, p, &inputs))
+        .unwrap_or_default();
     let phase_name = |ns: u64| {
         let (i, _) = scenario.phase_at(Duration::from_nanos(ns));
         scenario.phases[i].name.clone()
@@ -578,11 +640,12 @@ pub fn build(
             name: p.name.clone(),
             start_ms: scenario.phase_start(i).as_secs_f64() * 1e3,
             end_ms: (scenario.phase_start(i) + p.duration).as_secs_f64() * 1e3,
-            behaviour: p.describe(),
+            behaviour: p.describe(scenario.traffic.unit()),
         })
         .collect();
 
-    let expectations = check_expectations(scenario, &replica_reports, &dep, store.is_some());
+    let mut expectations = check_expectations(scenario, &replica_reports, &dep, store.is_some());
+    expectations.extend(part_checks);
     let passed = expectations.iter().all(|c| c.ok);
     DrillReport {
         scenario: scenario.name.clone(),
@@ -601,9 +664,183 @@ pub fn build(
         dependency: dep,
         bucket_ms: bucket.as_secs_f64() * 1e3,
         timeline,
+        parts,
         expectations,
         passed,
     }
+}
+
+/// The rows of a keyed or pooled drill.
+fn parts_report(scenario: &Scenario, input: PartsInput, replicas: &[ReplicaInput]) -> PartsReport {
+    let pool = scenario.traffic.endpoints.is_some();
+    let n = scenario.traffic.parts();
+    let mut rows: Vec<PartRow> = (0..n)
+        .map(|i| PartRow {
+            name: if pool {
+                format!("e{i}")
+            } else {
+                crate::scenario::key_name(i)
+            },
+            affected: scenario.affected(i),
+            openings: 0,
+            calls: (!pool).then_some(0),
+            rejected: (!pool).then_some(0),
+            changes: Vec::new(),
+        })
+        .collect();
+    for c in &input.changes {
+        let Some(row) = rows.get_mut(c.part as usize) else {
+            continue;
+        };
+        let before = row
+            .changes
+            .last()
+            .map_or(if pool { "serving" } else { "closed" }, |x| x.1);
+        if before == c.to {
+            continue;
+        }
+        let opened = if pool {
+            matches!(c.to, "ejected" | "would_eject") && matches!(before, "serving")
+        } else {
+            c.to == "open" && before == "closed"
+        };
+        if opened {
+            row.openings += 1;
+        }
+        row.changes.push((ms(c.at), c.to));
+    }
+    if !pool {
+        for r in replicas.iter().flat_map(|r| &r.records) {
+            let Some(row) = r.part.and_then(|p| rows.get_mut(p as usize)) else {
+                continue;
+            };
+            if r.outcome == CallOutcome::Skipped {
+                continue;
+            }
+            row.calls = row.calls.map(|c| c + 1);
+            if r.outcome == CallOutcome::RejectedBreaker {
+                row.rejected = row.rejected.map(|c| c + 1);
+            }
+        }
+    }
+    PartsReport {
+        kind: if pool { "endpoint" } else { "key" },
+        rows,
+        max_ejected: input.max_ejected,
+    }
+}
+
+/// The expectations about keys, endpoints and the pool.
+fn check_parts(scenario: &Scenario, parts: &PartsReport, replicas: &[ReplicaInput]) -> Vec<Check> {
+    let e = &scenario.expect;
+    let mut checks = Vec::new();
+    let kind = parts.kind;
+    let names = |rows: &mut dyn Iterator<Item = &PartRow>| {
+        let names: Vec<&str> = rows.map(|r| r.name.as_str()).collect();
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    if let Some(want) = e.affected_open {
+        let missing = names(&mut parts.rows.iter().filter(|r| r.affected && r.openings == 0));
+        let opened = names(&mut parts.rows.iter().filter(|r| r.affected && r.openings > 0));
+        let all = parts
+            .rows
+            .iter()
+            .filter(|r| r.affected)
+            .all(|r| r.openings > 0);
+        checks.push(Check {
+            expectation: format!("affected_open = {want}"),
+            ok: all == want,
+            detail: format!("affected {kind}s that opened: {opened}; that did not: {missing}"),
+        });
+    }
+    if let Some(want) = e.unaffected_open {
+        let opened = names(&mut parts.rows.iter().filter(|r| !r.affected && r.openings > 0));
+        let any = parts.rows.iter().any(|r| !r.affected && r.openings > 0);
+        checks.push(Check {
+            expectation: format!("unaffected_open = {want}"),
+            ok: any == want,
+            detail: format!("unaffected {kind}s that opened: {opened}"),
+        });
+    }
+    if let Some(max) = e.max_unaffected_rejected {
+        let rejected: u64 = parts
+            .rows
+            .iter()
+            .filter(|r| !r.affected)
+            .filter_map(|r| r.rejected)
+            .sum();
+        let calls: u64 = parts
+            .rows
+            .iter()
+            .filter(|r| !r.affected)
+            .filter_map(|r| r.calls)
+            .sum();
+        checks.push(Check {
+            expectation: format!("max_unaffected_rejected = {max}"),
+            ok: rejected <= max,
+            detail: format!("{rejected} of {calls} calls for unaffected keys refused"),
+        });
+    }
+    if let Some(phase) = &e.ok_percent_in
+        && let Some(i) = scenario.phases.iter().position(|p| &p.name == phase)
+    {
+        let start = scenario.phase_start(i).as_nanos() as u64;
+        let end = start + scenario.phases[i].duration.as_nanos() as u64;
+        let (mut calls, mut ok) = (0u64, 0u64);
+        for r in replicas.iter().flat_map(|r| &r.records) {
+            if (start..end).contains(&r.start) {
+                calls += 1;
+                if matches!(r.outcome, CallOutcome::Status(s) if s < 500) {
+                    ok += 1;
+                }
+            }
+        }
+        let percent = if calls == 0 {
+            0.0
+        } else {
+            ok as f64 * 100.0 / calls as f64
+        };
+        let detail =
+            format!("{ok} of {calls} calls started in {phase:?} answered 1xx–4xx ({percent:.1} %)");
+        if let Some(min) = e.min_ok_percent {
+            checks.push(Check {
+                expectation: format!("min_ok_percent = {min} in {phase:?}"),
+                ok: percent >= min,
+                detail: detail.clone(),
+            });
+        }
+        if let Some(max) = e.max_ok_percent {
+            checks.push(Check {
+                expectation: format!("max_ok_percent = {max} in {phase:?}"),
+                ok: percent <= max,
+                detail,
+            });
+        }
+    }
+    let most = parts.max_ejected.unwrap_or(0);
+    let detail = format!(
+        "at most {most} endpoint{} out at once",
+        if most == 1 { "" } else { "s" }
+    );
+    if let Some(max) = e.max_ejected {
+        checks.push(Check {
+            expectation: format!("max_ejected = {max}"),
+            ok: most <= max,
+            detail: detail.clone(),
+        });
+    }
+    if let Some(min) = e.min_ejected {
+        checks.push(Check {
+            expectation: format!("min_ejected = {min}"),
+            ok: most >= min,
+            detail,
+        });
+    }
+    checks
 }
 
 /// Calls the breaker admitted from the start of `first_open_in` until it first opened
@@ -864,17 +1101,60 @@ pub fn render_summary(r: &DrillReport) -> String {
     row(&mut s, "  connection errors", &|c| n(c.connection_errors));
     row(&mut s, "  skipped (client at capacity)", &|c| n(c.skipped));
     row(&mut s, "retries", &|c| n(c.retries));
-    row(&mut s, "breaker transitions", &|c| n(c.transitions));
-    row(&mut s, "  openings", &|c| n(c.openings));
-    row(&mut s, "time closed", &|c| fmt_ms(c.time_closed_ms));
-    row(&mut s, "time open", &|c| fmt_ms(c.time_open_ms));
-    row(&mut s, "time half-open", &|c| fmt_ms(c.time_half_open_ms));
+    // A pool has a breaker per endpoint and none for the dependency.
+    let pool = r.parts.as_ref().is_some_and(|p| p.kind == "endpoint");
+    if !pool {
+        row(&mut s, "breaker transitions", &|c| n(c.transitions));
+        row(&mut s, "  openings", &|c| n(c.openings));
+        row(&mut s, "time closed", &|c| fmt_ms(c.time_closed_ms));
+        row(&mut s, "time open", &|c| fmt_ms(c.time_open_ms));
+        row(&mut s, "time half-open", &|c| fmt_ms(c.time_half_open_ms));
+    }
     row(&mut s, "latency p50 seen by callers", &|c| {
         fmt_ms(c.caller_p50_ms)
     });
     row(&mut s, "latency p99 seen by callers", &|c| {
         fmt_ms(c.caller_p99_ms)
     });
+    if let Some(parts) = &r.parts {
+        let affected = parts.rows.iter().filter(|p| p.affected).count();
+        let opened: Vec<String> = parts
+            .rows
+            .iter()
+            .filter(|p| p.openings > 0)
+            .map(|p| format!("{} ×{}", p.name, p.openings))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {}s: {} ({affected} affected by a phase); {}: {}",
+            parts.kind,
+            parts.rows.len(),
+            if pool { "tripped" } else { "breakers opened" },
+            if opened.is_empty() {
+                "none".to_owned()
+            } else {
+                opened.join(", ")
+            }
+        );
+        if let Some(most) = parts.max_ejected {
+            let _ = writeln!(s, "  at most {most} endpoint(s) out of the pool at once");
+        }
+        if !pool {
+            let (rejected, calls) = parts
+                .rows
+                .iter()
+                .filter(|p| !p.affected)
+                .fold((0, 0), |(r, c), p| {
+                    (r + p.rejected.unwrap_or(0), c + p.calls.unwrap_or(0))
+                });
+            let _ = writeln!(
+                s,
+                "  calls for unaffected keys refused by a breaker: {} of {}",
+                thousands(rejected),
+                thousands(calls)
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "  dependency: {} requests, at most {} at once, latency p50 {} p99 {}",
