@@ -329,3 +329,71 @@ async fn a_keyed_mandatory_breaker_is_not_ready_only_when_every_key_is_open() {
     assert!(!r.is_ready());
     assert_eq!(r.not_ready.len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_spread_gated_dependency_breaker_is_listed_commanded_and_judged_for_readiness() {
+    let registry = Registry::new();
+    registry.require("partners");
+    let policy = Policy::builder("partners")
+        .circuit_breaker(breaker("partners"))
+        .breaker_key(KeyBy::Host)
+        .key_spread(fusebox::KeySpread::default())
+        .registry(&registry)
+        .build()
+        .unwrap();
+    let svc = policy.layer(tower::service_fn(|_: Request<_>| async {
+        Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+    }));
+    for host in ["a.example", "b.example"] {
+        svc.clone().oneshot(host_request(host)).await.unwrap();
+    }
+    // Listed: the keys, and the dependency-wide breaker's own state as the current one.
+    let listing = registry.list();
+    let entry = listing
+        .entries
+        .iter()
+        .find(|e| e.name == "partners")
+        .unwrap();
+    let b = entry.breaker.as_ref().unwrap();
+    assert!(b.keyed);
+    assert_eq!(b.keys_total, 2);
+    let current = b.current.as_ref().expect("the dependency-wide breaker");
+    assert_eq!(current.state, State::Closed);
+
+    // Without a key, a command is the dependency-wide breaker's; readiness follows it.
+    let done = registry
+        .command("partners", None, Command::ForceOpen)
+        .unwrap();
+    assert_eq!((done.from, done.to), (State::Closed, State::ForcedOpen));
+    assert_eq!(
+        policy.breaker_handle().map(|h| h.state()),
+        Some(State::ForcedOpen)
+    );
+    let r = registry.readiness();
+    assert!(!r.is_ready());
+    assert_eq!(r.not_ready.len(), 1);
+    assert_eq!(r.not_ready[0].key, None);
+    assert_eq!(r.not_ready[0].reason, NotReadyReason::BreakerOpen);
+    // The keys were not touched.
+    let keys = policy.keyed_breaker_handle().unwrap();
+    for key in keys.keys() {
+        assert_eq!(keys.get(&key).unwrap().state(), State::Closed);
+    }
+    registry.command("partners", None, Command::Reset).unwrap();
+    assert!(registry.readiness().is_ready());
+
+    // A keyed policy without a spread still needs a key.
+    let plain = Registry::new();
+    let _keyed = Policy::builder("hosts")
+        .circuit_breaker(breaker("hosts"))
+        .breaker_key(KeyBy::Host)
+        .registry(&plain)
+        .build()
+        .unwrap();
+    assert_eq!(
+        plain
+            .command("hosts", None, Command::ForceOpen)
+            .unwrap_err(),
+        CommandError::KeyRequired
+    );
+}

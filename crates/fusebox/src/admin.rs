@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `GET /breakers` | the registry's [`Listing`](crate::registry::Listing) as JSON: every policy and layer, its breaker's state, rates and keys, its limit, budget and settings |
 //! | `GET /ready` | the registry's [`Readiness`](crate::registry::Readiness) as JSON: `200` when ready, `503` when not |
-//! | `POST /breakers/command` | a JSON body `{"name": "payments", "command": "force_open"}` (and `"key"` for one key of a keyed breaker); `command` is `force_open`, `disable`, `metrics_only` or `reset`. Answers `200` with `{"name", "key", "command", "from", "to", "by"}` |
+//! | `POST /breakers/command` | a JSON body `{"name": "payments", "command": "force_open"}` (and `"key"` for one key of a keyed breaker; without one, a keyed policy's dependency-wide breaker around its keys, if it has one); `command` is `force_open`, `disable`, `metrics_only` or `reset`. Answers `200` with `{"name", "key", "command", "from", "to", "by"}` |
 //!
 //! **The router is never mounted by itself**: nothing in fusebox serves it unless you do.
 //! Mount it behind your own authentication (a middleware that knows your operators), on an

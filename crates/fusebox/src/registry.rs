@@ -12,6 +12,13 @@
 //! whether any dependency marked mandatory ([`require`](Registry::require)) has a breaker
 //! that is not letting calls through.
 //!
+//! A keyed policy with a dependency-wide breaker around its keys
+//! ([`PolicyBuilder::key_spread`](crate::PolicyBuilder::key_spread)) lists that breaker's
+//! state as the keyed breaker's `current` one, beside the keys; a
+//! [`command`](Registry::command) that names no key is that breaker's; and the policy is
+//! not ready while that breaker is open (or while every key's is, as for any keyed
+//! breaker).
+//!
 //! # Why a value, and not a process-wide list
 //!
 //! A global list would see every policy a process builds, including the ones a library
@@ -130,7 +137,7 @@ impl Source {
             }),
             Source::Keyed(k) => k.upgrade().map(|k| Live {
                 kind: Kind::KeyedBreaker,
-                breaker: Some(BreakerRef::Keyed(k)),
+                breaker: Some(BreakerRef::Keyed(k, None)),
                 ..Live::default()
             }),
             Source::Limit(l, config) => l.upgrade().map(|l| Live {
@@ -162,7 +169,9 @@ pub(crate) struct Live {
 /// One breaker or one keyed breaker.
 pub(crate) enum BreakerRef {
     Single(BreakerHandle),
-    Keyed(Arc<dyn KeyedList>),
+    /// The keys' breakers, and the dependency-wide breaker gated by their spread
+    /// (`PolicyBuilder::key_spread`), if there is one.
+    Keyed(Arc<dyn KeyedList>, Option<BreakerHandle>),
 }
 
 /// A keyed breaker's keys, whatever its key type.
@@ -224,7 +233,10 @@ impl<C: Classifier> PolicySource for Shared<C> {
         let breaker = match &self.breaker {
             BreakerLayer::Off => None,
             BreakerLayer::Single(b) => Some(BreakerRef::Single(b.handle())),
-            BreakerLayer::Keyed(b) => Some(BreakerRef::Keyed(Arc::new(b.handle()))),
+            BreakerLayer::Keyed(b) => Some(BreakerRef::Keyed(
+                Arc::new(b.handle()),
+                self.dependency.as_ref().map(|d| d.handle()),
+            )),
         };
         Live {
             kind: Kind::Policy,
@@ -372,7 +384,16 @@ impl Registry {
                         });
                     }
                 }
-                Some(BreakerRef::Keyed(k)) => {
+                Some(BreakerRef::Keyed(_, Some(dependency))) if blocks(dependency.state()) => {
+                    // The dependency-wide breaker refuses every key's calls.
+                    not_ready.push(NotReady {
+                        name: name.to_string(),
+                        key: None,
+                        state: Some(dependency.state()),
+                        reason: NotReadyReason::BreakerOpen,
+                    });
+                }
+                Some(BreakerRef::Keyed(k, _)) => {
                     let (handles, _) = k.handles(usize::MAX);
                     let states: Vec<State> = handles.iter().map(BreakerHandle::state).collect();
                     if !states.is_empty() && states.iter().all(|s| blocks(*s)) {
@@ -407,8 +428,10 @@ impl Registry {
             (None, _) => return Err(CommandError::NoBreaker),
             (Some(BreakerRef::Single(b)), None) => b,
             (Some(BreakerRef::Single(_)), Some(_)) => return Err(CommandError::NotKeyed),
-            (Some(BreakerRef::Keyed(_)), None) => return Err(CommandError::KeyRequired),
-            (Some(BreakerRef::Keyed(k)), Some(key)) => {
+            // No key: the dependency-wide breaker, where the keys have one around them.
+            (Some(BreakerRef::Keyed(_, Some(dependency))), None) => dependency,
+            (Some(BreakerRef::Keyed(_, None)), None) => return Err(CommandError::KeyRequired),
+            (Some(BreakerRef::Keyed(k, _)), Some(key)) => {
                 k.find(key).ok_or(CommandError::UnknownKey)?
             }
         };
@@ -455,7 +478,7 @@ fn status(name: &str, mandatory: bool, live: Live, max_keys: usize) -> EntryStat
             keys_total: 0,
             config: h.config().or_else(|| live.breaker_config.clone()),
         },
-        BreakerRef::Keyed(k) => {
+        BreakerRef::Keyed(k, dependency) => {
             let (handles, total) = k.handles(max_keys);
             let config = handles
                 .first()
@@ -464,7 +487,7 @@ fn status(name: &str, mandatory: bool, live: Live, max_keys: usize) -> EntryStat
             BreakerStatus {
                 name: k.name().to_owned(),
                 keyed: true,
-                current: None,
+                current: dependency.map(|d| BreakerState::of(&d.snapshot())),
                 keys: handles
                     .iter()
                     .map(|h| KeyStatus {
@@ -633,7 +656,9 @@ pub struct BreakerStatus {
     pub name: String,
     /// Whether it keeps one breaker per key.
     pub keyed: bool,
-    /// An unkeyed breaker's state and window.
+    /// An unkeyed breaker's state and window; for a keyed breaker, those of the
+    /// dependency-wide breaker around its keys, gated by their spread
+    /// ([`PolicyBuilder::key_spread`](crate::PolicyBuilder::key_spread)), if it has one.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub current: Option<BreakerState>,
     /// A keyed breaker's keys (at most the listing's bound), then its overflow breakers.
@@ -825,7 +850,8 @@ pub enum CommandError {
     UnknownEntry,
     /// The entry has no breaker.
     NoBreaker,
-    /// The entry's breaker is keyed: name a key.
+    /// The entry's breaker is keyed, with no dependency-wide breaker around its keys:
+    /// name a key.
     KeyRequired,
     /// The entry's breaker is not keyed: name no key.
     NotKeyed,
