@@ -63,16 +63,26 @@ pub enum Command {
         SCENARIO is a built-in name (see --list) or a scenario file (TOML; --show NAME prints a \
         built-in to start from). The exit code is 0 when every expectation held, 1 otherwise.\n\n\
         Scenario files (TOML): name, description, seed; [traffic] rate (calls/s), concurrency, \
-        method, path; [policy] with the keys of a policy file's [policies.NAME] (breaker, limit, \
+        method, path, and for partial failure keys = N (calls spread over key-00 …, sent in \
+        the header the policy's breaker is keyed by, breaker.key = \"header\") or endpoints = N \
+        (the dependency as N servers behind a balancer with a breaker per endpoint, under \
+        [pool] max_ejection_percent, panic_threshold, endpoint_capacity); [dependency] \
+        capacity (requests at once, per endpoint) and queue (most waiting; past it, 503 at \
+        once); [policy] with the keys of a policy file's [policies.NAME] (breaker, limit, \
         timeout, retry, default_route, routes); [[phases]] each with name, duration, optional \
-        ramp = true (the share of calls behaving like this phase grows from 0 to 100 %), and \
-        either status = N / reset = true with a latency, or responses = [{ weight, status | \
-        reset, latency }]; a latency is \"20ms\", { min, max } or { p50, p99 }; [expect] with \
-        opens, open_reason, first_open_in, no_open_in, closed_at_end, max_half_open_calls, \
-        half_open_calls, min_calls_to_open, max_calls_to_open, max_dependency_in_flight.",
+        ramp = true (the share of calls behaving like this phase grows from 0 to 100 %), \
+        optional affects = K (only the first K keys or endpoints behave like this phase, the \
+        others as in the phase before), and either status = N / reset = true with a latency, \
+        or responses = [{ weight, status | reset, latency }]; a latency is \"20ms\", \
+        { min, max } or { p50, p99 }; [expect] with opens, open_reason, first_open_in, \
+        no_open_in, closed_at_end, max_half_open_calls, half_open_calls, min_calls_to_open, \
+        max_calls_to_open, max_dependency_in_flight, and over keys or endpoints \
+        affected_open, unaffected_open, max_unaffected_rejected, ok_percent_in with \
+        min_ok_percent / max_ok_percent, max_ejected, min_ejected.",
         after_help = "Examples:\n  fusebox drill\n  fusebox drill unavailable --out /tmp/drill\n  \
         fusebox drill my-scenario.toml --config policies.toml --policy payments\n  \
         fusebox drill brownout --replicas 3 --store redis://127.0.0.1:6379/0\n  \
+        fusebox drill hot-shard --virtual-time\n  \
         fusebox drill --show gradual-recovery > mine.toml"
     )]
     Drill(DrillArgs),

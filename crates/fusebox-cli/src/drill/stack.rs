@@ -160,6 +160,29 @@ where
     response.map(|b| b.map_err(Into::into).boxed_unsync())
 }
 
+/// The policy's breaker section, its jitter seeded by `seed` unless the policy sets a
+/// seed; `why` says, if there is none, why the drill needs one.
+fn breaker_config(
+    policy: &PolicySpec,
+    seed: u64,
+    why: &str,
+) -> Result<fusebox_breaker::CircuitBreakerConfig, InputError> {
+    match policy.breaker_with(&BreakerOverrides {
+        default_seed: Some(seed),
+        ..BreakerOverrides::default()
+    }) {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(e)) => Err(InputError::new(format!(
+            "policy {:?}: invalid breaker: {e}",
+            policy.name
+        ))),
+        None => Err(InputError::new(format!(
+            "policy {:?} has no breaker: {why}",
+            policy.name
+        ))),
+    }
+}
+
 /// Builds the client for `policy`: `seed` seeds the breaker's jitter (unless the policy
 /// sets one), `listener` hears every breaker event, `tap` every call at each tap; with
 /// `redis`, the breaker keeps its state there (shared by every replica on the same scope).
@@ -170,24 +193,7 @@ pub fn build(
     tap: TapFn,
     redis: Option<OnRedis>,
 ) -> Result<Stack, InputError> {
-    let config = match policy.breaker_with(&BreakerOverrides {
-        default_seed: Some(seed),
-        ..BreakerOverrides::default()
-    }) {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            return Err(InputError::new(format!(
-                "policy {:?}: invalid breaker: {e}",
-                policy.name
-            )));
-        }
-        None => {
-            return Err(InputError::new(format!(
-                "policy {:?} has no breaker: a drill exercises one",
-                policy.name
-            )));
-        }
-    };
+    let config = breaker_config(policy, seed, "a drill exercises one")?;
     let listener: Arc<dyn Fn(&BreakerEvent) + Send + Sync> = Arc::new(listener);
     let heard = Arc::clone(&listener);
     let builder = CircuitBreakerLayer::builder(config.clone())
@@ -404,24 +410,7 @@ pub fn build_pool(
     tap: TapFn,
 ) -> Result<PoolStack, InputError> {
     let invalid = |e: ConfigError| InputError::new(format!("policy {:?}: {e}", policy.name));
-    let config = match policy.breaker_with(&BreakerOverrides {
-        default_seed: Some(seed),
-        ..BreakerOverrides::default()
-    }) {
-        Some(Ok(c)) => c,
-        Some(Err(e)) => {
-            return Err(InputError::new(format!(
-                "policy {:?}: invalid breaker: {e}",
-                policy.name
-            )));
-        }
-        None => {
-            return Err(InputError::new(format!(
-                "policy {:?} has no breaker: a pool drill gives each endpoint one",
-                policy.name
-            )));
-        }
-    };
+    let config = breaker_config(policy, seed, "a pool drill gives each endpoint one")?;
     let layer = PoolLayer::builder(config)
         .routes(policy.routes().clone())
         .config(pool)
