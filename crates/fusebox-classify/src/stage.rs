@@ -733,7 +733,7 @@ where
     reply: PhantomData<fn() -> P>,
 }
 
-#[pin_project(project = PhaseProj)]
+#[pin_project(project = PhaseProj, project_replace = PhaseOwn)]
 enum Phase<S, Req, St>
 where
     S: Service<Req>,
@@ -957,11 +957,18 @@ where
         None => None,
     };
     admitted.set(None);
-    phase.set(Phase::Done {
-        judgement: verdict.judgement(),
-    });
-    if let Some(exposed) = verdict.take_exposed() {
-        P::expose(&mut response, exposed);
+    // Only a verdict has to be kept: with none (a plain answer, which no stage judges), the
+    // phase stays as it is — `judgement` answers `None` for it as for `Done` — and the
+    // transition, which drops the whole phase out of line, is not paid on every call.
+    if let Some(judgement) = verdict.judgement() {
+        // Replaced rather than set: `set` drops the whole phase out of line, a replacement
+        // drops the fields of the one phase it finds.
+        drop(phase.as_mut().project_replace(Phase::Done {
+            judgement: Some(judgement),
+        }));
+        if let Some(exposed) = verdict.take_exposed() {
+            P::expose(&mut response, exposed);
+        }
     }
     P::wrap(response, end)
 }

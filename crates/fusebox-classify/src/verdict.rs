@@ -163,6 +163,7 @@ impl SharedVerdict {
 
     /// The verdict a stage asked to expose, with its route's name; taken (a second call
     /// gives `None`).
+    #[inline]
     pub(crate) fn take_exposed(&self) -> Option<AnswerVerdict> {
         let route = self.exposed.take()?;
         let judged = self.judged.get()?;
