@@ -2,8 +2,8 @@
 //! circuit breaker, an adaptive concurrency limit, a retry budget and a timeout asks its
 //! route's classifier once per attempt — for a response head, for an error, and for the
 //! trailers at the end of a gRPC stream — with the call's span recording and without.
-//! And with `expose_verdict(true)` (on the Policy or on the breaker layer) the answer's
-//! verdict is in the response's extensions; without it, nothing is.
+//! And with `expose_verdict(true)` (on the Policy, the breaker layer or the limit layer)
+//! the answer's verdict is in the response's extensions; without it, nothing is.
 
 use bytes::Bytes;
 use fusebox::breaker::{CircuitBreakerConfig, CircuitBreakerLayer};
@@ -11,7 +11,7 @@ use fusebox::classify::{
     AnswerVerdict, Call, Classified, Classifier, Outcome, Route, RouteTable, StandardClassifier,
     Verdict,
 };
-use fusebox::limit::{ConcurrencyLimitConfig, VegasConfig};
+use fusebox::limit::{ConcurrencyLimitConfig, ConcurrencyLimitLayer, VegasConfig};
 use fusebox::{Policy, RetryConfig};
 use fusebox_retry::ReplayBody;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
@@ -348,4 +348,91 @@ async fn a_breaker_layer_exposes_its_verdict_when_asked() {
         .await
         .expect("an answer");
     assert!(exposed(&response).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_layer_exposes_its_verdict_when_asked_fixed_or_adaptive() {
+    let inner = || {
+        tower::service_fn(|request: Request<()>| async move {
+            let status = if request.uri().path() == "/fail" {
+                503
+            } else {
+                200
+            };
+            let response = Response::builder()
+                .status(status)
+                .body(Full::new(Bytes::new()))
+                .expect("a valid response");
+            Ok::<_, Infallible>(response)
+        })
+    };
+    let call = |path: &str| Request::get(path).body(()).expect("a valid request");
+    let classifier = Counting::default();
+    let routes = RouteTable::single(Route::new(classifier.clone()));
+    let fixed = ConcurrencyLimitConfig::builder()
+        .name("fixed")
+        .max_concurrency(4)
+        .build()
+        .expect("a valid limit");
+    let adaptive = ConcurrencyLimitConfig::builder()
+        .name("adaptive")
+        .vegas(VegasConfig::new())
+        .build()
+        .expect("a valid limit");
+    for (config, asked_before) in [(fixed, 0), (adaptive, 2)] {
+        let name = config.name().to_owned();
+        // Without exposure, a fixed limit never asks the classifier; an adaptive one asks it
+        // about each of the two answers.
+        let quiet = ConcurrencyLimitLayer::builder(config.clone())
+            .routes(routes.clone())
+            .build()
+            .expect("a valid layer");
+        let before = classifier.asked.counts().0;
+        for path in ["/fail", "/ok"] {
+            let response = quiet
+                .layer(inner())
+                .oneshot(call(path))
+                .await
+                .expect("an answer");
+            assert!(exposed(&response).is_none(), "{name}: off by default");
+        }
+        assert_eq!(
+            classifier.asked.counts().0 - before,
+            asked_before,
+            "{name}: what the limit classifies on its own"
+        );
+
+        let exposing = ConcurrencyLimitLayer::builder(config)
+            .routes(routes.clone())
+            .expose_verdict(true)
+            .build()
+            .expect("a valid layer");
+        let before = classifier.asked.counts().0;
+        let response = exposing
+            .layer(inner())
+            .oneshot(call("/fail"))
+            .await
+            .expect("an answer");
+        assert!(
+            exposed(&response)
+                .expect("exposed")
+                .verdict()
+                .expect("known from the head")
+                .is_failure(),
+            "{name}"
+        );
+        let response = exposing
+            .layer(inner())
+            .oneshot(call("/ok"))
+            .await
+            .expect("an answer");
+        let verdict = exposed(&response).expect("exposed");
+        assert_eq!(verdict.verdict(), Some(Verdict::SUCCESS), "{name}");
+        assert_eq!(verdict.route_name(), "default", "{name}");
+        assert_eq!(
+            classifier.asked.counts().0 - before,
+            2,
+            "{name}: each answer classified once"
+        );
+    }
 }

@@ -107,7 +107,8 @@ impl<C: Classifier> Admitted<C> {
     }
 
     /// Whether [`on_response`](Self::on_response) has nothing to classify and nothing to
-    /// hand to the body: a fixed limit whose permit goes back with the response head.
+    /// hand to the body: a fixed limit that does not expose its verdicts, whose permit goes
+    /// back with the response head.
     #[inline]
     pub fn is_plain(&self) -> bool {
         self.call.is_none() && self.permit.limiter().release != Release::AtEndOfBody
@@ -143,6 +144,9 @@ impl<C: Classifier> Admitted<C> {
             let classified = call.classify_shared(limiter, shared, |c, call| {
                 c.classify_response(call, status, headers)
             });
+            if limiter.expose {
+                shared.expose(&limiter.table);
+            }
             match classified {
                 Classified::Ready(verdict) => call.record(limiter, verdict),
                 Classified::AtEndOfStream => at_end = Some(call),

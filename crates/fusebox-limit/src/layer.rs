@@ -27,7 +27,7 @@ impl ConcurrencyLimitLayer {
     /// A limit whose adaptive algorithm (if any) classifies calls with the default route
     /// table (HTTP and gRPC status rules, no slow-call threshold).
     pub fn new(config: ConcurrencyLimitConfig) -> Self {
-        Self::assemble(config, RouteTable::default())
+        Self::assemble(config, RouteTable::default(), false)
     }
 
     /// A builder, to classify calls by a route table.
@@ -35,14 +35,15 @@ impl ConcurrencyLimitLayer {
         ConcurrencyLimitLayerBuilder {
             config,
             routes: RouteTable::default(),
+            expose: false,
         }
     }
 }
 
 impl<C: Classifier> ConcurrencyLimitLayer<C> {
-    fn assemble(config: ConcurrencyLimitConfig, routes: RouteTable<C>) -> Self {
+    fn assemble(config: ConcurrencyLimitConfig, routes: RouteTable<C>, expose: bool) -> Self {
         ConcurrencyLimitLayer {
-            lanes: Lane::all(Limiter::new(&config, routes, &[])),
+            lanes: Lane::all(Limiter::new(&config, routes, &[]).exposing(expose)),
             config,
             partitioner: Unpartitioned,
         }
@@ -54,6 +55,7 @@ impl<C: Classifier> ConcurrencyLimitLayer<C> {
 pub struct ConcurrencyLimitLayerBuilder<C = StandardClassifier> {
     config: ConcurrencyLimitConfig,
     routes: RouteTable<C>,
+    expose: bool,
 }
 
 impl<C: Classifier> ConcurrencyLimitLayerBuilder<C> {
@@ -67,14 +69,31 @@ impl<C: Classifier> ConcurrencyLimitLayerBuilder<C> {
         ConcurrencyLimitLayerBuilder {
             config: self.config,
             routes,
+            expose: self.expose,
         }
+    }
+
+    /// Leaves each answer's verdict in its response's extensions, as a
+    /// [`fusebox_classify::AnswerVerdict`] (default `false`): read it with
+    /// `response.extensions().get::<AnswerVerdict>()`. The verdict is the route
+    /// classifier's, classified once for every stage of the call (an adaptive limit judges
+    /// by it; a fixed limit classifies the answer only to expose it). It costs an allocation
+    /// per response (the extensions' map and the value), which is why it is off unless
+    /// asked for. An error has no extensions: its verdict is not exposed.
+    pub fn expose_verdict(mut self, expose: bool) -> Self {
+        self.expose = expose;
+        self
     }
 
     /// The layer, with its limit. Nothing here can be wrong (the configuration and the
     /// table were checked when they were built); the `Result` is the shape every fusebox
     /// layer's builder has.
     pub fn build(self) -> Result<ConcurrencyLimitLayer<C>, ConfigError> {
-        Ok(ConcurrencyLimitLayer::assemble(self.config, self.routes))
+        Ok(ConcurrencyLimitLayer::assemble(
+            self.config,
+            self.routes,
+            self.expose,
+        ))
     }
 }
 
@@ -88,9 +107,12 @@ impl<C: Classifier, P> ConcurrencyLimitLayer<C, P> {
         self,
         partitions: Partitions<K, F>,
     ) -> ConcurrencyLimitLayer<C, Partitions<K, F>> {
-        let table = self.lanes[0].limiter().table.clone();
+        let limiter = self.lanes[0].limiter();
+        let (table, expose) = (limiter.table.clone(), limiter.expose);
         ConcurrencyLimitLayer {
-            lanes: Lane::all(Limiter::new(&self.config, table, partitions.shares())),
+            lanes: Lane::all(
+                Limiter::new(&self.config, table, partitions.shares()).exposing(expose),
+            ),
             config: self.config,
             partitioner: partitions,
         }

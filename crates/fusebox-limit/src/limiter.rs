@@ -55,6 +55,8 @@ pub(crate) struct Limiter<C> {
     pub(crate) table: RouteTable<C>,
     pub(crate) clock: Clock,
     partitioned: bool,
+    /// Whether each answer's verdict is left in its response's extensions.
+    pub(crate) expose: bool,
     shares: Box<[f64]>,
     log_step: usize,
     slow: Mutex<Slow>,
@@ -230,6 +232,7 @@ impl<C> Limiter<C> {
             table,
             clock: Clock::new(),
             partitioned: !shares.is_empty(),
+            expose: false,
             shares: shares.into(),
             log_step: config.log_step(),
             slow: Mutex::new(Slow {
@@ -247,6 +250,13 @@ impl<C> Limiter<C> {
             metrics,
             extension_methods: ExtensionMethods::default(),
         }
+    }
+
+    /// The same limiter, leaving each answer's verdict in its response's extensions when
+    /// `expose`.
+    pub(crate) fn exposing(mut self, expose: bool) -> Self {
+        self.expose = expose;
+        self
     }
 
     /// The queue's settings now, if the limit has a queue.

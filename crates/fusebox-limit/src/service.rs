@@ -89,7 +89,9 @@ impl<C: Classifier, P> LimitStage<C, P> {
         let index = self.lane(self.partitioner.partition(request));
         let lane = &self.lanes[index];
         let limiter = lane.limiter();
-        let call = if limiter.is_adaptive() {
+        // An adaptive limit judges the call by its route; a limit that exposes its verdicts
+        // classifies the answer to leave the verdict on it.
+        let call = if limiter.is_adaptive() || limiter.expose {
             Some(CallInfo::new(limiter, request, scope))
         } else {
             None
