@@ -436,3 +436,87 @@ async fn a_limit_layer_exposes_its_verdict_when_asked_fixed_or_adaptive() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_whose_stages_judge_nothing_hands_its_own_verdict_to_the_span_and_the_extensions() {
+    // The call's span records the outcome and the verdict is exposed: both read what the
+    // retry classified, when no stage under it judged the answer (no breaker, no adaptive
+    // limit).
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(std::io::sink)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    assert!(tracing::enabled!(target: "fusebox::policy", tracing::Level::DEBUG));
+    let retry = || {
+        RetryConfig::builder()
+            .name("own")
+            .seed(Some(7))
+            .max_attempts(3)
+            .base_delay(Duration::from_millis(10))
+    };
+    let retry_only = |c: &Counting| {
+        Policy::builder("own")
+            .routes(RouteTable::single(Route::new(c.clone())))
+            .retry_budget(retry())
+            .expose_verdict(true)
+    };
+    let with_plain_stages = |c: &Counting| {
+        retry_only(c)
+            .concurrency_limit_config(ConcurrencyLimitConfig::builder().max_concurrency(8))
+            .timeout(Duration::from_secs(1))
+    };
+    for (name, build) in [
+        (
+            "retry only",
+            &retry_only as &dyn Fn(&Counting) -> fusebox::PolicyBuilder<Counting>,
+        ),
+        ("retry, fixed limit, timeout", &with_plain_stages),
+    ] {
+        let classifier = Counting::default();
+        let policy = build(&classifier).build().expect("a valid layer");
+        let response = policy
+            .layer(answering(&[200]))
+            .oneshot(get())
+            .await
+            .expect("an answer");
+        assert_eq!(
+            exposed(&response).expect("exposed").verdict(),
+            Some(Verdict::SUCCESS),
+            "{name}"
+        );
+        assert_eq!(classifier.asked.counts(), (1, 0, 0), "{name}: a 200");
+
+        let classifier = Counting::default();
+        let policy = build(&classifier).build().expect("a valid layer");
+        let response = policy
+            .layer(answering(&[503, 200]))
+            .oneshot(get())
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), StatusCode::OK, "{name}");
+        assert_eq!(
+            exposed(&response).expect("exposed").verdict(),
+            Some(Verdict::SUCCESS),
+            "{name}: the last attempt's"
+        );
+        assert_eq!(
+            classifier.asked.counts(),
+            (2, 0, 0),
+            "{name}: a 503 retried once"
+        );
+
+        let classifier = Counting::default();
+        let failing = tower::service_fn(|_: In| async {
+            Err::<Response<Full<Bytes>>, _>(std::io::Error::other("the dependency broke"))
+        });
+        let policy = build(&classifier).build().expect("a valid layer");
+        let error = policy
+            .layer(failing)
+            .oneshot(get())
+            .await
+            .expect_err("the error");
+        assert_eq!(error.to_string(), "the dependency broke", "{name}");
+        assert_eq!(classifier.asked.counts(), (0, 0, 1), "{name}: an error");
+    }
+}

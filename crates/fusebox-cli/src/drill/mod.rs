@@ -34,6 +34,30 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tower::ServiceExt;
 
+/// How long a drill gives its `--store` to answer a first time before it refuses to run.
+/// The store's own `timeout` (50 ms unless the URL says otherwise) bounds the calls a
+/// breaker makes on the call path; the first call also connects and loads the script, and
+/// on a loaded machine that can take longer. The drill asks again, at growing intervals,
+/// until one call is answered or this has passed.
+const STORE_ANSWERS_WITHIN: Duration = Duration::from_secs(3);
+
+/// Whether the store answers one call (the breaker's state, read) within
+/// [`STORE_ANSWERS_WITHIN`].
+async fn answers(redis: &OnRedis, breaker: &fusebox_breaker::CircuitBreakerConfig) -> bool {
+    let until = Instant::now() + STORE_ANSWERS_WITHIN;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        if redis.prefetch(breaker, None).await.is_some() {
+            return true;
+        }
+        if Instant::now() + pause >= until {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// Where live output goes (one line per call).
 pub type Out = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -338,7 +362,7 @@ pub async fn run(
         let redis = match &options.store {
             Some(config) => {
                 let redis = OnRedis::new(config.clone());
-                if redis.prefetch(&breaker_cfg, None).await.is_none() {
+                if !answers(&redis, &breaker_cfg).await {
                     return Err(DrillError::Io(std::io::Error::other(format!(
                         "--store: Redis at {} does not answer",
                         config.url()
