@@ -56,23 +56,6 @@ pub struct Judgement {
 }
 
 impl Judgement {
-    /// What `table`'s classifier for `route` said of an answer: for a caller that asked
-    /// that classifier itself (a retry that judged its attempt's answer) and hands the
-    /// verdict to what sits around it, which reads it with [`of`](Self::of) instead of
-    /// asking again.
-    #[inline]
-    pub fn new<C: Classifier>(
-        table: &RouteTable<C>,
-        route: RouteId,
-        classified: Classified,
-    ) -> Self {
-        Judgement {
-            table: table.address(),
-            route,
-            classified,
-        }
-    }
-
     /// The classifier's verdict: from the head, or left to the end of the stream.
     pub fn classified(&self) -> Classified {
         self.classified

@@ -93,9 +93,8 @@ enum Phase {
     Expired,
     /// The answer to an [`Expired`](Phase::Expired) request was returned: nothing was sent.
     Unsent,
-    /// The answer was returned; `own` is the verdict the retry classified it with itself
-    /// (none when it read the stages' verdict, or made the answer itself).
-    Done { own: Option<Classified> },
+    /// The answer was returned.
+    Done,
 }
 
 /// The response future of [`Retry`](crate::Retry); `V` is where it takes each attempt's
@@ -158,26 +157,21 @@ where
 
     /// Once the answer was handed on: the verdict the stages under the retry gave it (the
     /// attempt whose answer it is), when the retry reads theirs
-    /// ([`FromStages`](crate::verdicts::FromStages)) and they judged it, else the one the
-    /// retry classified it with itself; `None` before, and for an answer the retry made
-    /// itself. Read by a caller that reports the call when it finishes (the `Policy`'s
-    /// span, its exposed verdict) instead of classifying the answer again.
+    /// ([`FromStages`](crate::verdicts::FromStages)) and they judged it; `None` before,
+    /// and for an answer the retry made itself. Read by a caller that reports the call
+    /// when it finishes (the `Policy`'s span).
     pub fn judgement(&self) -> Option<Judgement>
     where
         V: AttemptVerdicts<S::Future>,
-        C: Classifier,
     {
-        let Phase::Done { own } = self.phase else {
+        if self.phase != Phase::Done {
             return None;
-        };
-        let stages = match (&self.hedge, &self.primary) {
+        }
+        match (&self.hedge, &self.primary) {
             (Some(hedge), _) => V::judgement(&hedge.future),
             (None, Some(primary)) => V::judgement(primary),
             (None, None) => None,
-        };
-        stages.or_else(|| {
-            own.map(|classified| Judgement::new(&self.shared.routes, self.meta.route(), classified))
-        })
+        }
     }
 
     /// The first attempt is in flight; the request will not be repeated.
@@ -355,7 +349,6 @@ fn decide<C, S, D, ResB>(
     other_in_flight: bool,
     result: &Result<Response<ResB>, BoxError>,
     judged: Option<Judgement>,
-    own: &mut Option<Classified>,
 ) -> Step
 where
     C: Classifier,
@@ -369,13 +362,7 @@ where
             let classified = match known {
                 Some(classified) => classified,
                 None => {
-                    let classified = classifier().classify_response(
-                        &call(),
-                        response.status(),
-                        response.headers(),
-                    );
-                    *own = Some(classified);
-                    classified
+                    classifier().classify_response(&call(), response.status(), response.headers())
                 }
             };
             match classified {
@@ -388,11 +375,7 @@ where
         Err(error) => {
             let verdict = match known {
                 Some(Classified::Ready(verdict)) => verdict,
-                _ => {
-                    let verdict = classifier().classify_error(&call(), &**error);
-                    *own = Some(Classified::Ready(verdict));
-                    verdict
-                }
+                _ => classifier().classify_error(&call(), &**error),
             };
             if is_fusebox_rejection(&**error) {
                 verdict.with_retry(RetryHint::Never)
@@ -471,7 +454,7 @@ where
                                         let cap = this.shared.config.load().max_replay_body_bytes()
                                             as u64;
                                         if replay.buffer.push(data) > cap {
-                                            *this.phase = Phase::Done { own: None };
+                                            *this.phase = Phase::Done;
                                             this.body.set(None);
                                             return Poll::Ready(Err(
                                                 BodyExceedsSizeHint::new(cap).into()
@@ -489,7 +472,7 @@ where
                                 }
                             }
                             Some(Err(error)) => {
-                                *this.phase = Phase::Done { own: None };
+                                *this.phase = Phase::Done;
                                 this.body.set(None);
                                 return Poll::Ready(Err(error.into()));
                             }
@@ -506,7 +489,7 @@ where
                         .expect("a request being sent again keeps its replay state");
                     let service = replay.next_service(this.shared);
                     if !ready && let Err(error) = ready!(service.poll_ready(cx)) {
-                        *this.phase = Phase::Done { own: None };
+                        *this.phase = Phase::Done;
                         return Poll::Ready(Err(error.into()));
                     }
                     replay.attempts += 1;
@@ -549,7 +532,6 @@ where
                                 this.primary.set(None);
                             }
                             let result = result.map_err(Into::into);
-                            let mut own = None;
                             let step = decide(
                                 this.shared,
                                 this.meta,
@@ -558,14 +540,13 @@ where
                                 this.hedge.is_some(),
                                 &result,
                                 judged,
-                                &mut own,
                             );
                             if V::KEEPS_ANSWERED && !matches!(step, Step::Return) {
                                 this.primary.set(None);
                             }
                             match step {
                                 Step::Return => {
-                                    *this.phase = Phase::Done { own };
+                                    *this.phase = Phase::Done;
                                     // Cancels a hedge still in flight (checked first: the
                                     // healthy path has neither, and skips the drop calls).
                                     if this.hedge.is_some() {
@@ -600,7 +581,6 @@ where
                         if let Poll::Ready(result) = polled {
                             let judged = V::judgement(&hedge.future);
                             let result = result.map_err(Into::into);
-                            let mut own = None;
                             let step = decide(
                                 this.shared,
                                 this.meta,
@@ -609,14 +589,13 @@ where
                                 this.primary.is_some(),
                                 &result,
                                 judged,
-                                &mut own,
                             );
                             if !(V::KEEPS_ANSWERED && matches!(step, Step::Return)) {
                                 *this.hedge = None;
                             }
                             match step {
                                 Step::Return => {
-                                    *this.phase = Phase::Done { own };
+                                    *this.phase = Phase::Done;
                                     // Cancels the primary attempt still in flight.
                                     this.primary.set(None);
                                     *this.timer = None;
@@ -691,7 +670,7 @@ where
                     *this.phase = Phase::Unsent;
                     return Poll::Ready(Err(DeadlineExceeded::new().into()));
                 }
-                Phase::Done { .. } | Phase::Unsent => {
+                Phase::Done | Phase::Unsent => {
                     panic!("retry ResponseFuture polled after completion")
                 }
             }

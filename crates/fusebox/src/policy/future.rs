@@ -81,7 +81,6 @@ impl<S, C, B, Off> Attempts
     for StageFuture<fusebox_retry::future::ResponseFuture<S, C, B, FromStages>, Off>
 where
     S: Service<Request<ReplayBody<B>>>,
-    C: Classifier,
     S::Future: Judged,
     B: Body,
     Off: Judged,
