@@ -31,7 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 plt.rcParams["axes.prop_cycle"] = plt.cycler(color=plt.get_cmap("tab20").colors)
 
@@ -226,9 +226,12 @@ def overrides(panel: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def draw_timeseries(ax: plt.Axes, panel: dict[str, Any], series: list[Series], ncol: int) -> None:
-    """Lines on the panel's unit; a refId overridden to the right axis gets its own axis."""
+    """Lines on the panel's unit; a refId overridden to the right axis gets its own axis, one
+    overridden to a dashed line style is dashed (as is a threshold), and an axis with
+    `decimals` 0 has whole-number ticks."""
     by_ref = overrides(panel)
-    right = None
+    defaults = panel.get("fieldConfig", {}).get("defaults", {})
+    right, right_max = None, None
     handles = []
     for ref, name, ts, vs in series:
         props = by_ref.get(ref, {})
@@ -237,15 +240,22 @@ def draw_timeseries(ax: plt.Axes, panel: dict[str, Any], series: list[Series], n
             if right is None:
                 right = ax.twinx()
                 right.tick_params(colors=TEXT, labelsize=7)
-                right.set_ylim(0, props.get("max"))
+                right_max = props.get("max")
                 right.yaxis.set_major_formatter(unit_formatter(props.get("unit")))
+                if props.get("decimals") == 0:
+                    right.yaxis.set_major_locator(MaxNLocator(integer=True))
                 right._get_lines = ax._get_lines  # one colour cycle for both axes
             on = right
-        handles += on.plot(to_dates(ts), vs, linewidth=1.1,
-                           linestyle="--" if "threshold" in name else "-", label=name)
+        dashed = "threshold" in name or props.get("custom.lineStyle", {}).get("fill") == "dash"
+        handles += on.plot(to_dates(ts), vs, linewidth=1.1, linestyle="--" if dashed else "-",
+                           label=name)
+    # Limits set once the lines are drawn: set before, they would stop the autoscaling.
     ax.set_ylim(bottom=0)
-    ax.yaxis.set_major_formatter(unit_formatter(panel.get("fieldConfig", {}).get("defaults", {})
-                                                .get("unit")))
+    if right is not None:
+        right.set_ylim(0, right_max)
+    ax.yaxis.set_major_formatter(unit_formatter(defaults.get("unit")))
+    if defaults.get("decimals") == 0:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     legend_below(ax, handles, [h.get_label() for h in handles], ncol)
 
 

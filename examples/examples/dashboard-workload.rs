@@ -1,8 +1,9 @@
 //! Run with: cargo run -p fusebox-examples --example dashboard-workload -- [--listen 127.0.0.1:9184] [--seconds 180] [--redis redis://127.0.0.1:6379/0]
 //!
 //! A workload for the Grafana dashboard (`dashboards/fusebox.json`): two policies,
-//! `payments` and `inventory`, call two local dependencies on 127.0.0.1 at a steady rate,
-//! and fusebox's metrics are served at `http://<listen>/metrics` for Prometheus to scrape.
+//! `payments` and `inventory`, call two local dependencies on 127.0.0.1 at a steady rate, a
+//! balanced pool (`fusebox::pool`) calls a third, `search`, served by four endpoints, and
+//! fusebox's metrics are served at `http://<listen>/metrics` for Prometheus to scrape.
 //! `dashboards/render/render.py` runs it under a real Prometheus and draws the dashboard.
 //!
 //! The dependencies follow a fixed script over `--seconds` (S):
@@ -17,6 +18,16 @@
 //!   more take 120 ms (slow) or 400 ms (past the deadline). Slow calls, an adaptive limit
 //!   that backs off and sheds, a queue, deadlines passed before a call is sent, timeouts,
 //!   fallbacks for the sheds and the timeouts, and the breaker opening.
+//! - `search` (40 calls/s) is four endpoints, `a` to `d`, each its own server, behind tower's
+//!   p2c balancer with a breaker per endpoint (one `CircuitBreakerConfig`) and the
+//!   default cap on ejection (10 % of four endpoints, at least one: one may be out). Each
+//!   answers in 5–25 ms and fails 1 % of calls with 503, except that `b` fails 90 % from
+//!   S/4 to S/2: its breaker opens, the pool ejects it and the balancer spreads its calls
+//!   over the other three; its probes fail and re-open it until the window ends, then one
+//!   probe run succeeds and it serves again. And `c` fails 80 % from S/3 to 5S/12: its
+//!   breaker opens too, but `b` holds the one place the cap allows, so the pool keeps `c`
+//!   in ("would eject": the calls its breaker rejects are sent anyway) until its probes
+//!   succeed after its window.
 //!
 //! With `--redis`, the payments breaker keeps its state on that Redis (the shared store), so
 //! the dashboard's Redis panel has data; stop and restart the server to see it fall back and
@@ -27,6 +38,7 @@
 
 use bytes::Bytes;
 use fusebox::limit::AimdConfig;
+use fusebox::pool::PoolLayer;
 use fusebox::redis::{RedisStoreConfig, Scope};
 use fusebox::{
     CircuitBreakerConfig, ConcurrencyLimitConfig, Deadline, Fallback, FallbackReason, Policy,
@@ -35,17 +47,21 @@ use fusebox::{
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::time::{Instant, MissedTickBehavior};
-use tower::ServiceExt;
+use tower::discover::Change;
+use tower::{Service, ServiceExt};
 
 /// What the workload is told on the command line.
 struct Args {
@@ -113,17 +129,28 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let script = Script { start, total };
     let payments_addr = dependency(script, Script::payments).await?;
     let inventory_addr = dependency(script, Script::inventory).await?;
+    let mut search_addrs = Vec::new();
+    for (i, key) in SEARCH_ENDPOINTS.iter().enumerate() {
+        let addr = dependency(script, move |script: &Script, n| script.search(i, n)).await?;
+        search_addrs.push((*key, addr));
+    }
     let payments = payments_policy(args.redis.as_deref())?;
     let inventory = inventory_policy()?;
+    let search = search_pool()?;
     println!(
         "metrics at http://{}/metrics; payments degraded from {:?}, down {:?}..{:?}; inventory \
-         brownout {:?}..{:?}; ends at {total:?}",
+         brownout {:?}..{:?}; search endpoint b failing {:?}..{:?}, c {:?}..{:?}; ends at \
+         {total:?}",
         args.listen,
         total / 10,
         total / 6,
         total * 2 / 5,
         total / 2,
-        total * 2 / 3
+        total * 2 / 3,
+        total / 4,
+        total / 2,
+        total / 3,
+        total * 5 / 12
     );
 
     let pay = load(payments, payments_addr, "/pay", 40, None, start + total);
@@ -135,8 +162,28 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(Duration::from_millis(150)),
         start + total,
     );
-    tokio::join!(pay, stock);
+    let find = load_pool(search, search_addrs, "/search", 40, start + total);
+    tokio::join!(pay, stock, find);
     Ok(())
+}
+
+/// The keys of the search pool's endpoints: their breakers' series carry them (`key`).
+const SEARCH_ENDPOINTS: [&str; 4] = ["a", "b", "c", "d"];
+
+/// The search pool: a breaker per endpoint, all from one configuration, and the default cap
+/// on ejection (one endpoint of four).
+fn search_pool() -> Result<PoolLayer, fusebox::ConfigError> {
+    let breaker = CircuitBreakerConfig::builder()
+        .name("search")
+        .count_window(20)
+        .minimum_calls(10)
+        .failure_rate_threshold(50)
+        .open_wait(Duration::from_secs(5))
+        .open_wait_jitter(Duration::from_secs(1))
+        .permitted_probes(3)
+        .probe_successes(3)
+        .build()?;
+    Ok(PoolLayer::builder(breaker).build())
 }
 
 fn payments_policy(redis: Option<&str>) -> Result<Policy, fusebox::ConfigError> {
@@ -251,6 +298,73 @@ async fn load(
     }
 }
 
+/// Calls `path` through a p2c balancer over the pool's `endpoints`, `per_second` times a
+/// second until `until`; each call's answer is awaited in a task of its own. The balancer
+/// is driven from this task: it waits only while no endpoint is ready.
+async fn load_pool(
+    pool: PoolLayer,
+    endpoints: Vec<(&'static str, SocketAddr)>,
+    path: &'static str,
+    per_second: u64,
+    until: Instant,
+) {
+    let changes: Vec<_> = endpoints
+        .into_iter()
+        .map(|(key, addr)| Ok::<_, Infallible>(Change::Insert(key, Replica::new(addr))))
+        .collect();
+    let mut balance = pool.balance(futures_util::stream::iter(changes));
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / per_second));
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    while tick.tick().await < until {
+        let Ok(request) = Request::get(path).body(Full::new(Bytes::new())) else {
+            return;
+        };
+        let Ok(ready) = balance.ready().await else {
+            return;
+        };
+        let call = ready.call(request);
+        tokio::spawn(async move {
+            if let Ok(response) = call.await {
+                let _ = response.into_body().collect().await;
+            }
+        });
+    }
+}
+
+/// One endpoint of the search pool: a hyper client sending every request to `addr`.
+#[derive(Clone)]
+struct Replica {
+    client: Client<HttpConnector, Full<Bytes>>,
+    addr: SocketAddr,
+}
+
+impl Replica {
+    fn new(addr: SocketAddr) -> Self {
+        Replica {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            addr,
+        }
+    }
+}
+
+impl Service<Request<Full<Bytes>>> for Replica {
+    type Response = Response<Incoming>;
+    type Error = hyper_util::client::legacy::Error;
+    type Future = hyper_util::client::legacy::ResponseFuture;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<Full<Bytes>>) -> Self::Future {
+        let uri = format!("http://{}{}", self.addr, request.uri().path());
+        if let Ok(uri) = uri.parse() {
+            *request.uri_mut() = uri;
+        }
+        self.client.request(request)
+    }
+}
+
 /// The dependencies' behaviour over the run.
 #[derive(Clone, Copy)]
 struct Script {
@@ -306,6 +420,27 @@ impl Script {
         };
         (Duration::from_secs_f64(ms / 1000.0), StatusCode::OK)
     }
+
+    /// The answer of search endpoint `endpoint` (an index of `SEARCH_ENDPOINTS`) to its
+    /// call `n`: 5–25 ms, 1 % failed, except `b` (90 % failed from S/4 to S/2) and `c` (80 %
+    /// failed from S/3 to 5S/12).
+    fn search(&self, endpoint: usize, n: u64) -> (Duration, StatusCode) {
+        let p = self.progress();
+        let fail = match endpoint {
+            1 if (0.25..0.5).contains(&p) => 0.9,
+            2 if (1.0 / 3.0..5.0 / 12.0).contains(&p) => 0.8,
+            _ => 0.01,
+        };
+        // Each endpoint its own sequence: the call numbers start at 0 on every server.
+        let n = n ^ ((endpoint as u64 + 1) << 40);
+        let status = if unit(n) < fail {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        let ms = 5.0 + 20.0 * unit(n ^ 0x5eed);
+        (Duration::from_secs_f64(ms / 1000.0), status)
+    }
 }
 
 /// A number in 0..1 from `n` (splitmix64): a reproducible stand-in for randomness.
@@ -320,7 +455,7 @@ fn unit(n: u64) -> f64 {
 /// A local HTTP server whose every answer `answer` decides from its call number.
 async fn dependency(
     script: Script,
-    answer: fn(&Script, u64) -> (Duration, StatusCode),
+    answer: impl Fn(&Script, u64) -> (Duration, StatusCode) + Copy + Send + Sync + 'static,
 ) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;

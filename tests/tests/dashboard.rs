@@ -1,6 +1,7 @@
 //! The Grafana dashboard shipped in `dashboards/fusebox.json` asks only for metrics fusebox
 //! exports (the names of `fusebox::metrics::families()`), filters every panel by its
-//! `dependency` template variable, and has the panels it is documented to have.
+//! `dependency` template variable, has the panels it is documented to have, and lays them
+//! out in its grid without overlap.
 
 use fusebox::metrics::Kind;
 use serde_json::Value;
@@ -115,6 +116,11 @@ fn every_metric_the_dashboard_queries_is_one_fusebox_exports() {
         "fusebox_timeout_calls_total",
         "fusebox_retry_retries_total",
         "fusebox_policy_fallbacks_total",
+        "fusebox_pool_endpoints",
+        "fusebox_pool_ejected",
+        "fusebox_pool_max_ejected",
+        "fusebox_pool_would_eject",
+        "fusebox_pool_panic",
     ] {
         assert!(used.contains(needed), "no panel shows {needed}");
     }
@@ -175,4 +181,30 @@ fn a_share_of_calls_is_drawn_as_a_percentage_not_in_the_panels_rate_unit() {
         shares >= 1,
         "no share of calls found: the check checks nothing"
     );
+}
+
+#[test]
+fn no_two_panels_overlap_in_the_grid() {
+    let dashboard = dashboard();
+    let cells: Vec<(String, [u64; 4])> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|panel| {
+            let g = &panel["gridPos"];
+            let at = |k: &str| g[k].as_u64().expect("a gridPos of x, y, w and h");
+            (
+                panel["title"].as_str().unwrap_or("").to_owned(),
+                [at("x"), at("y"), at("w"), at("h")],
+            )
+        })
+        .collect();
+    assert!(cells.len() >= 16, "{} panels", cells.len());
+    for (i, (a, [ax, ay, aw, ah])) in cells.iter().enumerate() {
+        assert!(ax + aw <= 24, "{a} is wider than the grid's 24 columns");
+        for (b, [bx, by, bw, bh]) in &cells[i + 1..] {
+            let apart = ax + aw <= *bx || bx + bw <= *ax || ay + ah <= *by || by + bh <= *ay;
+            assert!(apart, "{a} and {b} overlap");
+        }
+    }
 }
