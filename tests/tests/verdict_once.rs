@@ -436,3 +436,78 @@ async fn a_limit_layer_exposes_its_verdict_when_asked_fixed_or_adaptive() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_no_stage_judged_is_classified_once_for_the_span_and_the_exposed_verdict() {
+    // A policy whose stages judge nothing (only a retry budget; or a fixed limit and a
+    // timeout, which classify nothing): the retry classifies each attempt's answer for
+    // itself, and the call's span and the exposed verdict share one classification of the
+    // answer handed on. (The retry's own verdict is not kept in its future: a `Classified`
+    // there would make every policy call's future 24 bytes larger.)
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(std::io::sink)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    assert!(tracing::enabled!(target: "fusebox::policy", tracing::Level::DEBUG));
+    let retry_only = |c: &Counting| {
+        Policy::builder("shared")
+            .routes(RouteTable::single(Route::new(c.clone())))
+            .retry_budget(
+                RetryConfig::builder()
+                    .name("shared")
+                    .seed(Some(7))
+                    .max_attempts(3)
+                    .base_delay(Duration::from_millis(10)),
+            )
+            .expose_verdict(true)
+    };
+    let with_plain_stages = |c: &Counting| {
+        retry_only(c)
+            .concurrency_limit_config(ConcurrencyLimitConfig::builder().max_concurrency(8))
+            .timeout(Duration::from_secs(1))
+    };
+    type Build<'a> = &'a dyn Fn(&Counting) -> fusebox::PolicyBuilder<Counting>;
+    let builds: [(&str, Build<'_>); 2] = [
+        ("retry only", &retry_only),
+        ("retry, fixed limit, timeout", &with_plain_stages),
+    ];
+    for (name, build) in builds {
+        let classifier = Counting::default();
+        let policy = build(&classifier).build().expect("a valid layer");
+        let response = policy
+            .layer(answering(&[200]))
+            .oneshot(get())
+            .await
+            .expect("an answer");
+        assert_eq!(
+            exposed(&response).expect("exposed").verdict(),
+            Some(Verdict::SUCCESS),
+            "{name}"
+        );
+        assert_eq!(
+            classifier.asked.counts(),
+            (2, 0, 0),
+            "{name}: the retry's, then one for the span and the extensions"
+        );
+
+        let classifier = Counting::default();
+        let policy = build(&classifier).build().expect("a valid layer");
+        let response = policy
+            .layer(answering(&[503, 200]))
+            .oneshot(get())
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), StatusCode::OK, "{name}");
+        assert_eq!(
+            exposed(&response).expect("exposed").verdict(),
+            Some(Verdict::SUCCESS),
+            "{name}: the last attempt's"
+        );
+        assert_eq!(
+            classifier.asked.counts(),
+            (3, 0, 0),
+            "{name}: two attempts, then one for the span and the extensions"
+        );
+    }
+}

@@ -115,7 +115,9 @@ impl<C: Classifier> CallSpan<C> {
 
     /// Records how the call ended (the span closes when this is dropped, right after).
     /// `judged` is the verdict the stages gave the answer, read instead of classifying it
-    /// again when it is the policy's table's for the call's route.
+    /// again when it is the policy's table's for the call's route. Returns the verdict on
+    /// a response (read or classified: the policy's table's for the call's route), for the
+    /// exposed verdict to reuse.
     #[cold]
     #[inline(never)]
     pub(crate) fn finish(
@@ -124,7 +126,7 @@ impl<C: Classifier> CallSpan<C> {
         answer: Answer<'_>,
         fallback: bool,
         judged: Option<Judgement>,
-    ) {
+    ) -> Option<Classified> {
         let span = &self.span;
         // As `i64`: OpenTelemetry's bridge keeps `i64`s as integer attributes (and would
         // write a `u64` as text).
@@ -133,6 +135,7 @@ impl<C: Classifier> CallSpan<C> {
         let known = judged.and_then(|j| j.of(routes, self.meta.route()));
         let call = self.meta.call(routes);
         let classifier = routes.route(self.meta.route()).classifier();
+        let mut on_response = None;
         match answer {
             Answer::Response(status, headers) => {
                 span.record("status", i64::from(status.as_u16()));
@@ -146,6 +149,7 @@ impl<C: Classifier> CallSpan<C> {
                     Classified::AtEndOfStream => "trailers",
                 };
                 span.record("outcome", outcome);
+                on_response = Some(classified);
             }
             Answer::Error(error) => {
                 let kind = ErrorKind::of(error);
@@ -168,6 +172,7 @@ impl<C: Classifier> CallSpan<C> {
         if fallback {
             span.record("fallback", true);
         }
+        on_response
     }
 }
 

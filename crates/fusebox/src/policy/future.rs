@@ -5,7 +5,7 @@ use crate::policy::body::{PolicyBody, StackBody};
 use crate::policy::call_span::{Answer, CallSpan};
 use crate::policy::stack::{Stack, StageFuture};
 use fusebox_classify::stage::Judged;
-use fusebox_classify::{AnswerVerdict, BoxError, Call, Classifier, Judgement, RouteId};
+use fusebox_classify::{AnswerVerdict, BoxError, Call, Classified, Classifier, Judgement, RouteId};
 use fusebox_retry::ReplayBody;
 use fusebox_retry::verdicts::FromStages;
 use http::{Method, Request, Response};
@@ -33,14 +33,20 @@ pub(crate) struct FallbackCall<C> {
 }
 
 impl<C: Classifier> FallbackCall<C> {
-    /// Leaves the verdict on `response` in its extensions: the stages' (`judged`), or, when
-    /// no stage judged it with the policy's table and the call's route, the route's
-    /// classifier's.
+    /// Leaves the verdict on `response` in its extensions: `known` (the call span's, which
+    /// read or classified it), else the stages' (`judged`), or, when no stage judged it with
+    /// the policy's table and the call's route, the route's classifier's.
     #[cold]
     #[inline(never)]
-    fn expose<B>(&self, response: &mut Response<B>, judged: Option<Judgement>) {
+    fn expose<B>(
+        &self,
+        response: &mut Response<B>,
+        known: Option<Classified>,
+        judged: Option<Judgement>,
+    ) {
         let routes = &self.shared.routes;
-        let classified = match judged.and_then(|j| j.of(routes, self.route)) {
+        let known = known.or_else(|| judged.and_then(|j| j.of(routes, self.route)));
+        let classified = match known {
             Some(classified) => classified,
             None => {
                 let route = routes.route(self.route);
@@ -165,13 +171,17 @@ where
         };
         match ready!(polled) {
             Ok(mut response) => {
+                // The span's verdict, for the exposed one: an answer no stage judged (a
+                // policy with only a retry budget, say) is classified once for both.
+                let mut known = None;
                 if let Some(span) = this.span.take() {
                     let done = this.inner.as_ref().get_ref();
                     let answer = Answer::Response(response.status(), response.headers());
-                    span.finish(done.attempts(), answer, false, done.judgement());
+                    known = span.finish(done.attempts(), answer, false, done.judgement());
                 }
                 if let Some(call) = this.fallback.as_ref().filter(|call| call.expose) {
-                    call.expose(&mut response, this.inner.as_ref().get_ref().judgement());
+                    let judged = this.inner.as_ref().get_ref().judgement();
+                    call.expose(&mut response, known, judged);
                 }
                 Poll::Ready(Ok(response.map(PolicyBody::inner)))
             }
