@@ -438,12 +438,11 @@ async fn a_limit_layer_exposes_its_verdict_when_asked_fixed_or_adaptive() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_answer_no_stage_judged_is_classified_once_for_the_span_and_the_exposed_verdict() {
+async fn an_answer_no_stage_judged_is_classified_once_by_the_retry_for_the_span_and_the_extensions()
+{
     // A policy whose stages judge nothing (only a retry budget; or a fixed limit and a
-    // timeout, which classify nothing): the retry classifies each attempt's answer for
-    // itself, and the call's span and the exposed verdict share one classification of the
-    // answer handed on. (The retry's own verdict is not kept in its future: a `Classified`
-    // there would make every policy call's future 24 bytes larger.)
+    // timeout, which classify nothing): the retry classifies each attempt's answer itself
+    // and offers its verdict, which the call's span and the exposed verdict read.
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(std::io::sink)
@@ -487,8 +486,8 @@ async fn an_answer_no_stage_judged_is_classified_once_for_the_span_and_the_expos
         );
         assert_eq!(
             classifier.asked.counts(),
-            (2, 0, 0),
-            "{name}: the retry's, then one for the span and the extensions"
+            (1, 0, 0),
+            "{name}: the retry's, read by the span and the extensions"
         );
 
         let classifier = Counting::default();
@@ -506,8 +505,22 @@ async fn an_answer_no_stage_judged_is_classified_once_for_the_span_and_the_expos
         );
         assert_eq!(
             classifier.asked.counts(),
-            (3, 0, 0),
-            "{name}: two attempts, then one for the span and the extensions"
+            (2, 0, 0),
+            "{name}: one per attempt"
         );
+
+        // An error that is not retried: classified once, by the retry.
+        let classifier = Counting::default();
+        let failing = tower::service_fn(|_: In| async {
+            Err::<Response<Full<Bytes>>, _>(std::io::Error::other("the dependency broke"))
+        });
+        let policy = build(&classifier).build().expect("a valid layer");
+        let error = policy
+            .layer(failing)
+            .oneshot(get())
+            .await
+            .expect_err("the error");
+        assert_eq!(error.to_string(), "the dependency broke", "{name}");
+        assert_eq!(classifier.asked.counts(), (0, 0, 1), "{name}: an error");
     }
 }

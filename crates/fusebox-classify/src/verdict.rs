@@ -18,6 +18,13 @@
 //! classifying once more; and when a layer is asked to, it leaves the verdict in the
 //! response's extensions as an [`AnswerVerdict`] for the caller to read.
 //!
+//! A retry under which no stage judged the answer (a policy with only a retry budget)
+//! classifies it itself, in its own future's poll. It [`offer`]s that verdict, and a
+//! caller that polls the retry inside [`collect`] (the `Policy`, when its call span or its
+//! exposed verdict wants one) receives it: the answer is classified once for all of them,
+//! without the retry's future growing by a verdict (32 bytes) that every call would carry.
+//! Offering outside `collect` costs one thread-local read and keeps nothing.
+//!
 //! ```
 //! use fusebox_classify::{Classified, RouteId, RouteTable, SharedVerdict, Verdict};
 //!
@@ -56,6 +63,23 @@ pub struct Judgement {
 }
 
 impl Judgement {
+    /// What `table`'s classifier for `route` said of an answer: for a caller that asked
+    /// that classifier itself (a retry that judged its attempt's answer) and [`offer`]s
+    /// the verdict to what sits around it, which reads it with [`of`](Self::of) instead
+    /// of asking again.
+    #[inline]
+    pub fn new<C: Classifier>(
+        table: &RouteTable<C>,
+        route: RouteId,
+        classified: Classified,
+    ) -> Self {
+        Judgement {
+            table: table.address(),
+            route,
+            classified,
+        }
+    }
+
     /// The classifier's verdict: from the head, or left to the end of the stream.
     pub fn classified(&self) -> Classified {
         self.classified
@@ -81,6 +105,53 @@ impl fmt::Debug for Judgement {
             .field("classified", &self.classified)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether verdicts are being collected on this thread ([`collect`]), and the last one
+/// offered while they are.
+#[derive(Clone, Copy)]
+enum Offered {
+    Closed,
+    Open(Option<Judgement>),
+}
+
+thread_local! {
+    static OFFERED: Cell<Offered> = const { Cell::new(Offered::Closed) };
+}
+
+/// Runs `f`, and returns with its result the last verdict [`offer`]ed on this thread while
+/// it ran (see the [module docs](self)). Nested calls each collect their own; the outer
+/// one's state is back when the inner one returns, or unwinds.
+pub fn collect<R>(f: impl FnOnce() -> R) -> (R, Option<Judgement>) {
+    /// Puts the outer state back, also when `f` panics.
+    struct Restore(Offered);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = OFFERED.try_with(|o| o.set(self.0));
+        }
+    }
+    let Ok(outer) = OFFERED.try_with(|o| o.replace(Offered::Open(None))) else {
+        return (f(), None);
+    };
+    let restore = Restore(outer);
+    let result = f();
+    let offered = match OFFERED.try_with(Cell::get) {
+        Ok(Offered::Open(judgement)) => judgement,
+        _ => None,
+    };
+    drop(restore);
+    (result, offered)
+}
+
+/// Offers the verdict a classifier gave an answer to the [`collect`] running on this
+/// thread, if any (it keeps the last one offered); without one, nothing is kept.
+#[inline]
+pub fn offer(judgement: Judgement) {
+    let _ = OFFERED.try_with(|o| {
+        if let Offered::Open(_) = o.get() {
+            o.set(Offered::Open(Some(judgement)));
+        }
+    });
 }
 
 /// The verdict on one answer, classified by the first stage that asks and read by the
@@ -236,6 +307,39 @@ mod tests {
     use super::*;
     use crate::route::Route;
     use http::Method;
+
+    #[test]
+    fn an_offer_reaches_the_innermost_collect_only_and_none_is_kept_outside_one() {
+        let table = RouteTable::default();
+        let failed = Judgement::new(&table, RouteId::DEFAULT, Verdict::FAILURE.into());
+        let ok = Judgement::new(&table, RouteId::DEFAULT, Verdict::SUCCESS.into());
+        // Outside a collect: kept nowhere.
+        offer(failed);
+        assert_eq!(collect(|| ()).1, None);
+        // The last offer wins; an inner collect takes its own, and the outer one's state
+        // is back after it (what the outer had before, and what it gets after).
+        let ((inner, ()), outer) = collect(|| {
+            offer(failed);
+            let inner = collect(|| offer(ok));
+            (inner, ())
+        });
+        assert_eq!(inner.1, Some(ok));
+        assert_eq!(outer, Some(failed));
+        let (_, outer) = collect(|| {
+            let _ = collect(|| offer(failed));
+            offer(ok);
+        });
+        assert_eq!(outer, Some(ok));
+        // A panic inside puts the outer state back.
+        let (_, outer) = collect(|| {
+            offer(ok);
+            let unwound = std::panic::catch_unwind(|| collect(|| -> () { panic!("inside") }));
+            assert!(unwound.is_err());
+        });
+        assert_eq!(outer, Some(ok));
+        offer(failed);
+        assert_eq!(collect(|| ()).1, None, "closed again");
+    }
 
     #[test]
     fn another_table_or_route_classifies_again_and_the_first_stays() {

@@ -11,6 +11,7 @@ use crate::replay::{Buffered, ReplayBody};
 use crate::service::{Bound, Shared, attempt_span, call_in};
 use crate::verdicts::{AttemptVerdicts, Classify};
 use fusebox_classify::shard::Lease;
+use fusebox_classify::verdict::offer;
 use fusebox_classify::{
     CallMeta, Classified, Classifier, Deadline, Judgement, Outcome, RetryHint, Verdict,
 };
@@ -362,7 +363,13 @@ where
             let classified = match known {
                 Some(classified) => classified,
                 None => {
-                    classifier().classify_response(&call(), response.status(), response.headers())
+                    let classified = classifier().classify_response(
+                        &call(),
+                        response.status(),
+                        response.headers(),
+                    );
+                    offer(Judgement::new(routes, meta.route(), classified));
+                    classified
                 }
             };
             match classified {
@@ -375,7 +382,11 @@ where
         Err(error) => {
             let verdict = match known {
                 Some(Classified::Ready(verdict)) => verdict,
-                _ => classifier().classify_error(&call(), &**error),
+                _ => {
+                    let verdict = classifier().classify_error(&call(), &**error);
+                    offer(Judgement::new(routes, meta.route(), verdict.into()));
+                    verdict
+                }
             };
             if is_fusebox_rejection(&**error) {
                 verdict.with_retry(RetryHint::Never)

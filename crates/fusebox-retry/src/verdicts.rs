@@ -6,8 +6,10 @@
 //! the stages have classified the answer already: a retry built to read their verdict
 //! ([`FromStages`]) takes it from the attempt's future when it is the same table's
 //! verdict for the same route, and classifies only when it is not (or no stage judged
-//! the answer). What it makes of the verdict is its own either way: fusebox's rejections
-//! are never retried.
+//! the answer). A verdict it classified itself it offers
+//! ([`fusebox_classify::verdict::offer`]) to whatever collects verdicts around it (the
+//! `Policy`'s call span and exposed verdict). What it makes of the verdict is its own
+//! either way: fusebox's rejections are never retried.
 
 use fusebox_classify::Judgement;
 use fusebox_classify::stage::Judged;

@@ -5,6 +5,7 @@ use crate::policy::body::{PolicyBody, StackBody};
 use crate::policy::call_span::{Answer, CallSpan};
 use crate::policy::stack::{Stack, StageFuture};
 use fusebox_classify::stage::Judged;
+use fusebox_classify::verdict;
 use fusebox_classify::{AnswerVerdict, BoxError, Call, Classified, Classifier, Judgement, RouteId};
 use fusebox_retry::ReplayBody;
 use fusebox_retry::verdicts::FromStages;
@@ -162,25 +163,34 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let polled = match this.span.as_deref() {
-            None => this.inner.as_mut().poll(cx),
+        let exposes = this.fallback.as_ref().is_some_and(|call| call.expose);
+        let (polled, offered) = match this.span.as_deref() {
+            None if !exposes => (this.inner.as_mut().poll(cx), None),
+            // Something reads the answer's verdict: what the retry classified itself (no
+            // stage under it judged the answer) is collected for it.
+            None => verdict::collect(|| this.inner.as_mut().poll(cx)),
             Some(span) => {
                 let _entered = span.span().enter();
-                this.inner.as_mut().poll(cx)
+                verdict::collect(|| this.inner.as_mut().poll(cx))
             }
         };
-        match ready!(polled) {
+        let polled = ready!(polled);
+        let judged = if exposes || this.span.is_some() {
+            this.inner.as_ref().get_ref().judgement().or(offered)
+        } else {
+            None
+        };
+        match polled {
             Ok(mut response) => {
-                // The span's verdict, for the exposed one: an answer no stage judged (a
-                // policy with only a retry budget, say) is classified once for both.
+                // The span's verdict, for the exposed one: an answer nothing judged yet
+                // is classified once for both.
                 let mut known = None;
                 if let Some(span) = this.span.take() {
                     let done = this.inner.as_ref().get_ref();
                     let answer = Answer::Response(response.status(), response.headers());
-                    known = span.finish(done.attempts(), answer, false, done.judgement());
+                    known = span.finish(done.attempts(), answer, false, judged);
                 }
                 if let Some(call) = this.fallback.as_ref().filter(|call| call.expose) {
-                    let judged = this.inner.as_ref().get_ref().judgement();
                     call.expose(&mut response, known, judged);
                 }
                 Poll::Ready(Ok(response.map(PolicyBody::inner)))
@@ -203,7 +213,7 @@ where
                 if let Some(span) = this.span.take() {
                     let done = this.inner.as_ref().get_ref();
                     let answer = Answer::Error(&*error);
-                    span.finish(done.attempts(), answer, served.is_some(), done.judgement());
+                    span.finish(done.attempts(), answer, served.is_some(), judged);
                 }
                 match served {
                     Some(response) => Poll::Ready(Ok(response.map(PolicyBody::fallback))),
