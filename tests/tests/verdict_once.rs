@@ -288,22 +288,29 @@ async fn an_exposed_verdict_is_in_the_extensions_and_only_when_asked_for() {
     assert!(exposed(&response).is_none());
 }
 
+/// An inner service answering a request for `/fail` with a 503, any other with a 200.
+fn fail_or_ok()
+-> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible, Future: Send>
++ Clone
++ Send
++ 'static {
+    tower::service_fn(|request: Request<()>| async move {
+        let status = if request.uri().path() == "/fail" {
+            503
+        } else {
+            200
+        };
+        let response = Response::builder()
+            .status(status)
+            .body(Full::new(Bytes::new()))
+            .expect("a valid response");
+        Ok::<_, Infallible>(response)
+    })
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_breaker_layer_exposes_its_verdict_when_asked() {
-    let inner = || {
-        tower::service_fn(|request: Request<()>| async move {
-            let status = if request.uri().path() == "/fail" {
-                503
-            } else {
-                200
-            };
-            let response = Response::builder()
-                .status(status)
-                .body(Full::new(Bytes::new()))
-                .expect("a valid response");
-            Ok::<_, Infallible>(response)
-        })
-    };
+    let inner = fail_or_ok;
     let call = |path: &str| Request::get(path).body(()).expect("a valid request");
     let exposing = CircuitBreakerLayer::builder(
         CircuitBreakerConfig::builder()
@@ -352,20 +359,7 @@ async fn a_breaker_layer_exposes_its_verdict_when_asked() {
 
 #[tokio::test(start_paused = true)]
 async fn a_limit_layer_exposes_its_verdict_when_asked_fixed_or_adaptive() {
-    let inner = || {
-        tower::service_fn(|request: Request<()>| async move {
-            let status = if request.uri().path() == "/fail" {
-                503
-            } else {
-                200
-            };
-            let response = Response::builder()
-                .status(status)
-                .body(Full::new(Bytes::new()))
-                .expect("a valid response");
-            Ok::<_, Infallible>(response)
-        })
-    };
+    let inner = fail_or_ok;
     let call = |path: &str| Request::get(path).body(()).expect("a valid request");
     let classifier = Counting::default();
     let routes = RouteTable::single(Route::new(classifier.clone()));
