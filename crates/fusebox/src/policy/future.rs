@@ -163,23 +163,17 @@ where
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let exposes = this.fallback.as_ref().is_some_and(|call| call.expose);
-        let (polled, offered) = match this.span.as_deref() {
-            None if !exposes => (this.inner.as_mut().poll(cx), None),
-            // Something reads the answer's verdict: what the retry classified itself (no
-            // stage under it judged the answer) is collected for it.
-            None => verdict::collect(|| this.inner.as_mut().poll(cx)),
-            Some(span) => {
-                let _entered = span.span().enter();
-                verdict::collect(|| this.inner.as_mut().poll(cx))
-            }
+        // Something reads the answer's verdict (the call's span, the exposed verdict): what
+        // the retry classified itself (no stage under it judged the answer) is collected for
+        // it, out of line. The plain call polls as it would without either.
+        let mut offered = None;
+        let polled = if this.span.is_none() && this.fallback.as_ref().is_none_or(|c| !c.expose) {
+            this.inner.as_mut().poll(cx)
+        } else {
+            poll_collecting(this.inner.as_mut(), this.span.as_deref(), cx, &mut offered)
         };
         let polled = ready!(polled);
-        let judged = if exposes || this.span.is_some() {
-            this.inner.as_ref().get_ref().judgement().or(offered)
-        } else {
-            None
-        };
+        let judged = || this.inner.as_ref().get_ref().judgement().or(offered);
         match polled {
             Ok(mut response) => {
                 // The span's verdict, for the exposed one: an answer nothing judged yet
@@ -188,10 +182,10 @@ where
                 if let Some(span) = this.span.take() {
                     let done = this.inner.as_ref().get_ref();
                     let answer = Answer::Response(response.status(), response.headers());
-                    known = span.finish(done.attempts(), answer, false, judged);
+                    known = span.finish(done.attempts(), answer, false, judged());
                 }
                 if let Some(call) = this.fallback.as_ref().filter(|call| call.expose) {
-                    call.expose(&mut response, known, judged);
+                    call.expose(&mut response, known, judged());
                 }
                 Poll::Ready(Ok(response.map(PolicyBody::inner)))
             }
@@ -213,7 +207,7 @@ where
                 if let Some(span) = this.span.take() {
                     let done = this.inner.as_ref().get_ref();
                     let answer = Answer::Error(&*error);
-                    span.finish(done.attempts(), answer, served.is_some(), judged);
+                    span.finish(done.attempts(), answer, served.is_some(), judged());
                 }
                 match served {
                     Some(response) => Poll::Ready(Ok(response.map(PolicyBody::fallback))),
@@ -222,4 +216,20 @@ where
             }
         }
     }
+}
+
+/// Polls `inner` inside the call's span (if any), collecting the verdict a retry in it
+/// offers ([`verdict::collect`]) into `offered`.
+#[cold]
+#[inline(never)]
+fn poll_collecting<F: Future, C>(
+    inner: Pin<&mut F>,
+    span: Option<&CallSpan<C>>,
+    cx: &mut Context<'_>,
+    offered: &mut Option<Judgement>,
+) -> Poll<F::Output> {
+    let _entered = span.map(|s| s.span().enter());
+    let (polled, judgement) = verdict::collect(|| inner.poll(cx));
+    *offered = judgement;
+    polled
 }
