@@ -433,7 +433,7 @@ async fn a_file_reloads_in_place_and_an_invalid_one_changes_nothing() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_routes_classifier_change_is_reported_as_needing_a_rebuild() {
+async fn a_routes_classifier_change_applies_in_place() {
     use fusebox::{Route, RouteTable, StandardClassifier};
     let build = |count_throttling: bool, timeout: u64| {
         let routes = RouteTable::builder(Route::default())
@@ -446,7 +446,12 @@ async fn a_routes_classifier_change_is_reported_as_needing_a_rebuild() {
             .unwrap();
         Policy::builder("partner")
             .routes(routes)
-            .circuit_breaker(CircuitBreakerConfig::builder())
+            .circuit_breaker(
+                CircuitBreakerConfig::builder()
+                    .count_window(10)
+                    .minimum_calls(10)
+                    .failure_rate_threshold(50),
+            )
             .build()
             .unwrap()
     };
@@ -455,13 +460,39 @@ async fn a_routes_classifier_change_is_reported_as_needing_a_rebuild() {
         !running.diff(&build(false, 100)).has_changes(),
         "the same rules"
     );
+    // A partner that throttles every charge.
+    let svc = running.layer(tower::service_fn(|_req: Request<_>| async {
+        Ok::<_, std::convert::Infallible>(
+            Response::builder()
+                .status(StatusCode::TOO_MANY_REQUESTS)
+                .body(Empty::<Bytes>::new())
+                .unwrap(),
+        )
+    }));
+    let charge = || {
+        Request::post("http://partner.example/charge")
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    for _ in 0..20 {
+        let answer = svc
+            .clone()
+            .oneshot(charge())
+            .await
+            .expect("429s are ignored");
+        assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    let breaker = running.breaker_handle().unwrap();
+    assert_eq!(breaker.state(), State::Closed, "429s are ignored");
+
     let report = running.reload(&build(true, 200));
+    assert!(report.is_complete(), "{report}");
     let classifier = report
         .changes
         .iter()
         .find(|c| c.path == "routes[\"POST /charge\"].classifier")
         .unwrap_or_else(|| panic!("{report}"));
-    assert!(matches!(classifier.effect, Effect::NeedsRebuild(_)));
+    assert_eq!(classifier.effect, Effect::InPlace, "{report}");
     let timeout = report
         .changes
         .iter()
@@ -472,4 +503,160 @@ async fn a_routes_classifier_change_is_reported_as_needing_a_rebuild() {
         Effect::InPlace,
         "the route's own timeout still applies"
     );
+    assert!(
+        !running.diff(&build(true, 200)).has_changes(),
+        "the running policy reads the new route: {}",
+        running.diff(&build(true, 200))
+    );
+
+    // The same service, not built again: its next 429s count.
+    for _ in 0..10 {
+        let _ = svc.clone().oneshot(charge()).await;
+    }
+    assert_eq!(breaker.state(), State::Open, "429s now count as failures");
+    let refused = svc.clone().oneshot(charge()).await.unwrap_err();
+    assert!(refused.downcast_ref::<CircuitOpen>().is_some(), "{refused}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_an_added_route_needs_a_rebuild()
+{
+    use fusebox::{RetryConfig, Route, RouteTable};
+    let build = |retry: bool, slow_ms: u64, extra_route: bool| {
+        let mut routes = RouteTable::builder(Route::default()).route(
+            "GET /items",
+            Route::default()
+                .retry(retry)
+                .slow_call_duration(Duration::from_millis(slow_ms)),
+        );
+        if extra_route {
+            routes = routes.route("GET /other", Route::default());
+        }
+        Policy::builder("items")
+            .routes(routes.build().unwrap())
+            .retry_budget(
+                RetryConfig::builder()
+                    .max_attempts(2)
+                    .base_delay(Duration::from_millis(1))
+                    .min_retries_per_second(100),
+            )
+            .circuit_breaker(
+                CircuitBreakerConfig::builder()
+                    .count_window(10)
+                    .minimum_calls(10)
+                    .failure_rate_threshold(100)
+                    .slow_call_rate_threshold(50),
+            )
+            .build()
+            .unwrap()
+    };
+    let running = build(false, 1000, false);
+    // The first attempt fails with a 503, and after it every other one, starting with the
+    // second; every answer takes 50 ms.
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&attempts);
+    let svc = running.layer(tower::service_fn(move |_req: Request<_>| {
+        let n = counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let status = if n == 0 || n % 2 == 1 {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            };
+            Ok::<_, std::convert::Infallible>(
+                Response::builder()
+                    .status(status)
+                    .body(Empty::<Bytes>::new())
+                    .unwrap(),
+            )
+        }
+    }));
+    let get = || {
+        Request::get("http://items.example/items")
+            .body(Empty::<Bytes>::new())
+            .unwrap()
+    };
+    let first = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(
+        first.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no retry on this route"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+
+    // An added route needs a rebuild; the settings of the route both tables hold apply.
+    let report = running.reload(&build(true, 20, true));
+    assert!(!report.is_complete(), "{report}");
+    let effect = |path: &str| {
+        report
+            .changes
+            .iter()
+            .find(|c| c.path == path)
+            .unwrap_or_else(|| panic!("{path}: {report}"))
+            .effect
+            .clone()
+    };
+    assert!(matches!(
+        effect("routes[\"GET /other\"].(route)"),
+        Effect::NeedsRebuild(_)
+    ));
+    assert_eq!(effect("routes[\"GET /items\"].retry"), Effect::InPlace);
+    assert_eq!(
+        effect("routes[\"GET /items\"].slow_call_duration"),
+        Effect::InPlace
+    );
+    let items = running.routes().resolve_path(&http::Method::GET, "/items");
+    assert!(running.routes().route(items).retry_enabled());
+    assert_eq!(running.routes().iter().count(), 2, "no route was added");
+
+    // The next call is retried: its 503 is followed by a 200.
+    let retried = svc.clone().oneshot(get()).await.unwrap();
+    assert_eq!(
+        retried.status(),
+        StatusCode::OK,
+        "retried on this route now"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+
+    // Every 50 ms answer is now slow: the breaker opens on its slow-call rate.
+    let breaker = running.breaker_handle().unwrap();
+    assert_eq!(
+        breaker.snapshot().window.slow,
+        2,
+        "the two attempts since the reload"
+    );
+    for _ in 0..5 {
+        let _ = svc.clone().oneshot(get()).await;
+    }
+    assert_eq!(breaker.state(), State::Open, "{:?}", breaker.snapshot());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_policy_without_a_route_table_of_its_own_does_not_reload_the_shared_one() {
+    use fusebox::{Route, RouteTable};
+    let running = Policy::builder("plain")
+        .circuit_breaker(CircuitBreakerConfig::builder())
+        .build()
+        .unwrap();
+    assert!(running.routes().is_shared_default());
+    let edited = Policy::builder("plain")
+        .routes(RouteTable::single(Route::default().retry(false)))
+        .circuit_breaker(CircuitBreakerConfig::builder())
+        .build()
+        .unwrap();
+    let report = running.reload(&edited);
+    let retry = report
+        .changes
+        .iter()
+        .find(|c| c.path == "default_route.retry")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(matches!(retry.effect, Effect::NeedsRebuild(_)), "{report}");
+    assert!(
+        RouteTable::default()
+            .route(fusebox::classify::RouteId::DEFAULT)
+            .retry_enabled(),
+        "every other layer's default route is as it was"
+    );
+    assert!(running.diff(&edited).has_changes(), "still to be rebuilt");
 }

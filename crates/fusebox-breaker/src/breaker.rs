@@ -34,10 +34,10 @@ pub(crate) struct Breaker<C, St> {
     /// failure; read only when a call ended in an error, changed by a reload.
     count_overloaded: AtomicBool,
     needs_end_time: bool,
-    /// Per route (by [`RouteId`](fusebox_classify::RouteId) index): its slow-call
-    /// threshold, if any. Read at admission to stamp the guard with the instant its call
-    /// turns slow, so that telling a slow call at the end is one comparison of instants.
-    slow_after: Box<[Option<Duration>]>,
+    /// Whether every route is timed for the call-duration histogram (a metrics recorder was
+    /// installed when the breaker was built): a route without a slow-call threshold then
+    /// gets [`NEVER_SLOW`].
+    timed: bool,
     /// Used since the last eviction sweep (keyed breakers).
     pub(crate) touched: AtomicBool,
     /// Whether its stage leaves each answer's verdict in the response's extensions.
@@ -101,10 +101,6 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         // duration ([`NEVER_SLOW`]), which no call reaches. Without a recorder, such a
         // route reads no clock.
         let timed = fusebox_classify::series::recording();
-        let slow_after = table
-            .iter()
-            .map(|(_, _, route)| route.slow_call_threshold().or(timed.then_some(NEVER_SLOW)))
-            .collect();
         // The call-duration histograms, per route: one set per layer, shared by its keys.
         events.durations(&table);
         Breaker {
@@ -116,7 +112,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             events,
             count_overloaded: AtomicBool::new(count_overloaded),
             needs_end_time,
-            slow_after,
+            timed,
             touched: AtomicBool::new(true),
             expose: false,
             partial: None,
@@ -197,13 +193,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     fn start(&self, route: RouteId) -> Result<(Permit, Option<Option<Instant>>), CircuitOpen> {
         match self.store.acquire() {
             Ok(permit) => {
-                // An unknown route id falls back to the default route, as the table does.
-                let threshold = self
-                    .slow_after
-                    .get(route.index())
-                    .or_else(|| self.slow_after.first())
-                    .copied()
-                    .flatten();
+                let threshold = self.slow_after(route);
                 // Past the end of time (a threshold of centuries): never slow.
                 let slow_at = threshold.map(|t| Instant::now().checked_add(t));
                 Ok((permit, slow_at))
@@ -237,16 +227,30 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     /// `end`.
     #[inline]
     fn observe(&self, route: RouteId, slow_at: Instant, end: Instant) {
-        let i = if route.index() < self.slow_after.len() {
+        // The histograms are per route of the table the breaker was built with; an
+        // unknown id is the default route's, as the table reads it.
+        let i = if route.index() < self.table.route_count() {
             route.index()
         } else {
             0
         };
-        if let Some(Some(threshold)) = self.slow_after.get(i) {
-            let start = slow_at.checked_sub(*threshold).unwrap_or(slow_at);
+        if let Some(threshold) = self.slow_after(route) {
+            let start = slow_at.checked_sub(threshold).unwrap_or(slow_at);
             self.events
                 .duration(i, end.saturating_duration_since(start));
         }
+    }
+
+    /// The slow-call threshold of `route` as its table holds it now (an unknown id is the
+    /// default route's): read at admission to stamp the guard with the instant its call
+    /// turns slow, so that telling a slow call at the end is one comparison of instants.
+    /// A route without one is timed past any call's duration when every route is timed.
+    #[inline(always)]
+    fn slow_after(&self, route: RouteId) -> Option<Duration> {
+        self.table
+            .route(route)
+            .slow_call_threshold()
+            .or(self.timed.then_some(NEVER_SLOW))
     }
 
     /// Counts a call whose outcome is ignored or that was cancelled.

@@ -89,7 +89,9 @@ pub use crate::fn_classifier::{FnClassifier, classify_fn};
 pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};
-pub use crate::route::{CallMeta, Inherited, Route, RouteId, RouteTable, RouteTableBuilder};
+pub use crate::route::{
+    CallMeta, Inherited, Route, RouteId, RouteRef, RouteTable, RouteTableBuilder,
+};
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]
 pub use crate::tower_http::TowerHttpClassifier;

@@ -23,9 +23,12 @@ use crate::call::{Call, is_idempotent};
 use crate::classifier::{Classifier, StandardClassifier};
 use crate::config::{ConfigError, Validator};
 use crate::context::Scope;
+use arc_swap::ArcSwapOption;
 use http::{Method, Request};
+use std::fmt;
+use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Names a route of a [`RouteTable`]; cheap to copy and store in a future.
@@ -273,9 +276,84 @@ struct Table<C> {
     /// Unique among the tables of this process: names the table in a call's [`Scope`]
     /// (an address could be reused by a later table).
     id: u64,
+    /// The process-wide default table ([`RouteTable::default`]), which every layer built
+    /// without a table of its own shares: its route is never replaced.
+    shared_default: bool,
     names: Vec<Arc<str>>,
-    routes: Vec<Route<C>>,
+    routes: Vec<Slot<C>>,
     router: Option<Matcher>,
+}
+
+/// One route of a table: its settings as built, and those that replaced them
+/// ([`RouteTable::replace_route`]).
+///
+/// A route that was never replaced is read with one atomic load (of `replaced`, which
+/// stays `false`); a replaced one through `arc-swap`, so that a reader on another thread
+/// never sees the settings half-written and the settings it holds stay alive while it
+/// reads them.
+struct Slot<C> {
+    built: Route<C>,
+    /// Whether `current` holds settings: set, with release ordering, once they are stored.
+    replaced: AtomicBool,
+    current: ArcSwapOption<Route<C>>,
+}
+
+impl<C> Slot<C> {
+    fn new(route: Route<C>) -> Self {
+        Slot {
+            built: route,
+            replaced: AtomicBool::new(false),
+            current: ArcSwapOption::const_empty(),
+        }
+    }
+
+    #[inline]
+    fn read(&self) -> RouteRef<'_, C> {
+        let replaced = self
+            .replaced
+            .load(Ordering::Acquire)
+            .then(|| self.current.load());
+        RouteRef {
+            built: &self.built,
+            replaced,
+        }
+    }
+
+    fn replace(&self, route: Route<C>) {
+        self.current.store(Some(Arc::new(route)));
+        self.replaced.store(true, Ordering::Release);
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for Slot<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.read(), f)
+    }
+}
+
+/// A route's settings as a table holds them now ([`RouteTable::route`]): those it was
+/// built with, or those that replaced them. Dereferences to the [`Route`].
+pub struct RouteRef<'a, C = StandardClassifier> {
+    built: &'a Route<C>,
+    replaced: Option<arc_swap::Guard<Option<Arc<Route<C>>>>>,
+}
+
+impl<C> Deref for RouteRef<'_, C> {
+    type Target = Route<C>;
+
+    #[inline]
+    fn deref(&self) -> &Route<C> {
+        match &self.replaced {
+            Some(guard) => guard.as_deref().unwrap_or(self.built),
+            None => self.built,
+        }
+    }
+}
+
+impl<C: fmt::Debug> fmt::Debug for RouteRef<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
 }
 
 /// The path matcher of a table with routes besides the default one.
@@ -337,13 +415,14 @@ impl<C> RouteTable<C> {
 
 impl Default for RouteTable<StandardClassifier> {
     /// One route with the standard classifier and no settings of its own. Made once per
-    /// process and shared (a table is immutable, and cloning one copies a pointer): every
-    /// layer builder starts from it, and most are given a table of their own at once.
+    /// process and shared (cloning a table copies a pointer, and this one's route is never
+    /// [replaced](RouteTable::replace_route)): every layer builder starts from it, and most
+    /// are given a table of their own at once.
     fn default() -> Self {
         static DEFAULT: std::sync::OnceLock<RouteTable<StandardClassifier>> =
             std::sync::OnceLock::new();
         DEFAULT
-            .get_or_init(|| RouteTable::single(Route::default()))
+            .get_or_init(|| RouteTable::single_table(Route::default(), true))
             .clone()
     }
 }
@@ -354,15 +433,19 @@ pub const DEFAULT_ROUTE: &str = "default";
 impl<C: Classifier> RouteTable<C> {
     /// A table with only a default route. Zero durations in `route` are treated as absent
     /// (use [`builder`](RouteTable::builder) to have them reported as errors).
-    pub fn single(mut route: Route<C>) -> Self {
-        let nonzero = |d: Option<Option<Duration>>| d.map(|d| d.filter(|d| !d.is_zero()));
+    pub fn single(route: Route<C>) -> Self {
+        Self::single_table(route, false)
+    }
+
+    fn single_table(mut route: Route<C>, shared_default: bool) -> Self {
         route.slow_call_duration = nonzero(route.slow_call_duration);
         route.timeout = nonzero(route.timeout);
         RouteTable {
             table: Arc::new(Table {
                 id: next_table_id(),
+                shared_default,
                 names: vec![Arc::from(DEFAULT_ROUTE)],
-                routes: vec![route],
+                routes: vec![Slot::new(route)],
                 router: None,
             }),
         }
@@ -424,13 +507,44 @@ impl<C: Classifier> RouteTable<C> {
         }
     }
 
-    /// The settings of a route (the default route for an id of another table).
+    /// The settings of a route (the default route for an id of another table), as they
+    /// are now: those the table was built with, or those that
+    /// [`replace_route`](RouteTable::replace_route) put in their place.
     #[inline]
-    pub fn route(&self, id: RouteId) -> &Route<C> {
+    pub fn route(&self, id: RouteId) -> RouteRef<'_, C> {
         self.table
             .routes
             .get(id.index())
             .unwrap_or(&self.table.routes[0])
+            .read()
+    }
+
+    /// Puts `route`'s settings in place of those of route `id`, for every layer that reads
+    /// this table (its clones share it), from the next read on; the route keeps its id, its
+    /// name and the requests it matches. A reader that holds the former settings (a call
+    /// classifying its answer at that moment) finishes with them. `route` is taken as it
+    /// is: what it leaves unset is not taken from the default route (a route of a table
+    /// built by [`RouteTableBuilder::build`] already holds what it inherits). Zero
+    /// durations are treated as absent, as [`single`](RouteTable::single) treats them.
+    /// Returns `false`, changing nothing, for an id this table does not hold, and for the
+    /// process-wide default table ([`RouteTable::default`], see
+    /// [`is_shared_default`](RouteTable::is_shared_default)): a change to it would reach
+    /// every layer built without a table of its own.
+    ///
+    /// This is how fusebox's `Policy::reload` changes a route's classifier, slow-call
+    /// threshold, timeout, `retry` and `idempotent` in place. A replaced route is read
+    /// through an `arc-swap` load instead of one atomic load.
+    pub fn replace_route(&self, id: RouteId, mut route: Route<C>) -> bool {
+        let Some(slot) = self.table.routes.get(id.index()) else {
+            return false;
+        };
+        if self.table.shared_default {
+            return false;
+        }
+        route.slow_call_duration = nonzero(route.slow_call_duration);
+        route.timeout = nonzero(route.timeout);
+        slot.replace(route);
+        true
     }
 
     /// The name of a route, as written in the table (`"default"` for the default route).
@@ -459,14 +573,28 @@ impl<C: Classifier> RouteTable<C> {
         Arc::as_ptr(&self.table) as *const () as usize
     }
 
-    /// Every route: id, name, settings; the default first.
-    pub fn iter(&self) -> impl Iterator<Item = (RouteId, &str, &Route<C>)> {
+    /// Whether this is the process-wide default table ([`RouteTable::default`]), shared by
+    /// every layer built without a table of its own; its route cannot be
+    /// [replaced](RouteTable::replace_route).
+    pub fn is_shared_default(&self) -> bool {
+        self.table.shared_default
+    }
+
+    /// How many routes the table holds, the default one included (at least 1).
+    #[inline]
+    pub fn route_count(&self) -> usize {
+        self.table.routes.len()
+    }
+
+    /// Every route: id, name, settings (as [`route`](RouteTable::route) reads them); the
+    /// default first.
+    pub fn iter(&self) -> impl Iterator<Item = (RouteId, &str, RouteRef<'_, C>)> {
         self.table
             .names
             .iter()
             .zip(&self.table.routes)
             .enumerate()
-            .map(|(i, (n, r))| (RouteId(i as u16), &**n, r))
+            .map(|(i, (n, r))| (RouteId(i as u16), &**n, r.read()))
     }
 
     /// Reads what the layers need to know about a request, once, before it is sent.
@@ -609,14 +737,20 @@ impl<C: Classifier> RouteTableBuilder<C> {
         }
         let table = Table {
             id: next_table_id(),
+            shared_default: false,
             names,
             router: (routes.len() > 1).then_some(Matcher { router }),
-            routes,
+            routes: routes.into_iter().map(Slot::new).collect(),
         };
         v.finish(RouteTable {
             table: Arc::new(table),
         })
     }
+}
+
+/// Zero durations as absent.
+fn nonzero(d: Option<Option<Duration>>) -> Option<Option<Duration>> {
+    d.map(|d| d.filter(|d| !d.is_zero()))
 }
 
 fn parse_key(key: &str) -> Result<(Option<Method>, String), String> {
@@ -642,8 +776,71 @@ mod tests {
     use crate::outcome::Outcome;
     use http::StatusCode;
 
-    fn at<'a>(table: &'a RouteTable, method: Method, path: &str) -> &'a Route {
+    fn at<'a>(table: &'a RouteTable, method: Method, path: &str) -> RouteRef<'a> {
         table.route(table.resolve_path(&method, path))
+    }
+
+    #[test]
+    fn a_replaced_route_is_read_by_every_clone_and_a_held_one_stays_as_it_was() {
+        let ms = Duration::from_millis;
+        let table = RouteTable::builder(Route::default())
+            .route("GET /a", Route::default().retry(false).timeout(ms(100)))
+            .build()
+            .unwrap();
+        let stage = table.clone();
+        let a = table.resolve_path(&Method::GET, "/a");
+        let held = stage.route(a);
+        assert!(
+            table.replace_route(
+                a,
+                Route::new(StandardClassifier::new().count_throttling(true))
+                    .slow_call_duration(ms(20))
+                    .timeout(Duration::ZERO)
+            )
+        );
+        // A reader that held the route finishes with what it read.
+        assert!(!held.retry_enabled());
+        assert_eq!(held.timeout_duration(), Some(ms(100)));
+        drop(held);
+        for t in [&table, &stage] {
+            let now = t.route(a);
+            assert!(now.retry_enabled());
+            assert_eq!(now.slow_call_threshold(), Some(ms(20)));
+            assert_eq!(now.timeout_duration(), None, "a zero timeout is none");
+            assert_eq!(
+                now.classifier()
+                    .http_rules()
+                    .outcome(StatusCode::TOO_MANY_REQUESTS),
+                Outcome::Failure
+            );
+        }
+        let listed: Vec<_> = stage
+            .iter()
+            .map(|(_, n, r)| (n.to_owned(), r.retry_enabled()))
+            .collect();
+        assert_eq!(
+            listed,
+            [("default".to_owned(), true), ("GET /a".to_owned(), true)]
+        );
+        // The route keeps its id and what it matches; the default route is untouched.
+        assert_eq!(stage.resolve_path(&Method::GET, "/a"), a);
+        assert_eq!(stage.route(RouteId::DEFAULT).slow_call_threshold(), None);
+        // An id the table does not hold changes nothing.
+        assert!(!table.replace_route(RouteId(7), Route::default().retry(false)));
+        assert!(
+            stage.route(RouteId(7)).retry_enabled(),
+            "read as the default route"
+        );
+        // Nor does a change to the table every layer without one of its own shares.
+        let shared = RouteTable::default();
+        assert!(shared.is_shared_default() && !table.is_shared_default());
+        assert!(!shared.replace_route(RouteId::DEFAULT, Route::default().retry(false)));
+        assert!(
+            RouteTable::default()
+                .route(RouteId::DEFAULT)
+                .retry_enabled()
+        );
+        assert!(!RouteTable::single(Route::default()).is_shared_default());
     }
 
     #[test]

@@ -726,7 +726,7 @@ mod tests {
             .build()
             .unwrap();
         let a = table.route(table.resolve_path(&Method::GET, "/a"));
-        let effective = RouteSection::effective(a);
+        let effective = RouteSection::effective(&a);
         assert_eq!(
             effective,
             RouteSection {
@@ -740,7 +740,7 @@ mod tests {
             }
         );
         // What it writes back leaves the inherited scalars to the default route.
-        let written = RouteSection::of(a);
+        let written = RouteSection::of(&a);
         assert_eq!(
             (
                 written.slow_call_duration,

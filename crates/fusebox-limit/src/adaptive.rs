@@ -94,13 +94,13 @@ impl CallInfo {
         ask: impl FnOnce(&C, &Call<'_>) -> R,
     ) -> R {
         let table = &limiter.table;
-        let classifier = table.route(self.route).classifier();
+        let route = table.route(self.route);
         let method = match STANDARD.get(usize::from(self.method)) {
             Some(m) => m.clone(),
             None => limiter.extension_methods.method(self.method),
         };
         let call = Call::new(self.route, table.name(self.route), &method, self.idempotent);
-        ask(classifier, &call)
+        ask(route.classifier(), &call)
     }
 
     /// Asks `shared` for the verdict of the route's classifier: the one another stage

@@ -357,13 +357,13 @@ where
     let routes = &shared.routes;
     let known = judged.and_then(|j| j.of(routes, meta.route()));
     let call = || meta.call(routes);
-    let classifier = || routes.route(meta.route()).classifier();
+    let route = || routes.route(meta.route());
     let verdict = match result {
         Ok(response) => {
             let classified = match known {
                 Some(classified) => classified,
                 None => {
-                    let classified = classifier().classify_response(
+                    let classified = route().classifier().classify_response(
                         &call(),
                         response.status(),
                         response.headers(),
@@ -383,7 +383,7 @@ where
             let verdict = match known {
                 Some(Classified::Ready(verdict)) => verdict,
                 _ => {
-                    let verdict = classifier().classify_error(&call(), &**error);
+                    let verdict = route().classifier().classify_error(&call(), &**error);
                     offer(Judgement::new(routes, meta.route(), verdict.into()));
                     verdict
                 }

@@ -17,11 +17,16 @@
 //! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | no | a limit is built with or without an adaptive algorithm (only an adaptive limit holds one, and only its calls are timed and fed to it) and with or without a queue (without one, a release never looks for waiters: a queue turned on while a release skips that look could leave a waiter unserved until its deadline). Switching either in place is possible — calls admitted before the switch would finish under the kind they started with — but is not done: it needs the limit's kind and queue to become state its call path reads atomically, with the ordering the queue's wake-ups rely on checked again by the loom model |
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
-//! | routes added or removed, a route's matcher, classifier rules, slow-call threshold, `retry` or `idempotent` | no | every layer reads the one route table it was built with, resolving the route on its own: a table swapped under them would need each stage to load it once per call, which is the per-call path being reworked; reported as needing a rebuild |
+//! | a route's classifier rules, slow-call threshold, `retry` and `idempotent` (of the default route too, with what the named routes inherit from it) | yes, for the routes both tables hold | every stage reads one route table, shared: each route the new table holds under the same name takes the new route's settings in one swap ([`RouteTable::replace_route`]); the route keeps its id, so calls already resolved to it stay on it. A policy built without a table of its own reads the process-wide default one ([`RouteTable::default`]), which is never replaced: reported as needing a rebuild |
+//! | routes added or removed (a route's matcher is its name: a changed matcher is one route removed and another added) | no | the stages keep the route ids they resolved (a call's, a keyed breaker's keys by route, the fallback's routes, each route's series): reported as needing a rebuild |
 //! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, the keys' spread (`breaker.spread`), store, fallback routes, recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
-//! they started with. Nothing applied can fail a call. The [`Reload`] report says what
+//! they started with, except for their route's settings, which a call reads where it
+//! needs them: an answer that comes after the reload is classified by the new rules, while
+//! the slow-call instant a call was stamped with at admission stays (its duration, for the
+//! histogram, is then counted from the new threshold, off by the change for that call
+//! only). Nothing applied can fail a call. The [`Reload`] report says what
 //! changed (each setting, from and to), what was applied in place, what could not be and
 //! why, and what was kept (the breaker's state). [`Policy::diff`] gives the same report
 //! without changing anything: what a reload would do. Each route's classifier is compared
@@ -200,7 +205,7 @@ impl<C: Classifier + fmt::Debug> Policy<C> {
         limit(&mut d, old, new_shared, apply);
         timeout(&mut d, &running, new_shared, apply);
         retry(&mut d, old, new_shared, apply);
-        routes(&mut d, &old.routes, &new_shared.routes);
+        routes(&mut d, &old.routes, &new_shared.routes, apply);
         d.rebuild(
             "fallback.routes",
             &old.settings.fallback,
@@ -694,9 +699,13 @@ fn retry<C>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: bool) {
     }
 }
 
-fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &RouteTable<C>) {
-    const ROUTES: &str =
-        "the route table is shared by every stage and fixed when the policy is built";
+fn routes<C: Classifier + fmt::Debug>(
+    d: &mut Diff,
+    old: &RouteTable<C>,
+    new: &RouteTable<C>,
+    apply: bool,
+) {
+    const ROUTES: &str = "the routes a table holds and the requests each matches are fixed when the policy is built: every stage keeps the route ids it resolved";
     for (_, name, _) in old.iter() {
         if !new.iter().any(|(_, n, _)| n == name) {
             d.push(
@@ -707,8 +716,17 @@ fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &R
             );
         }
     }
+    // A policy built without a route table of its own reads the one every such layer
+    // shares: a change to it would reach them all.
+    let effect = if old.is_shared_default() {
+        Effect::NeedsRebuild(
+            "the policy was built without a route table of its own, and reads the one every such layer of the process shares: build it with one (`routes`) to reload its routes",
+        )
+    } else {
+        Effect::InPlace
+    };
     for (_, name, route) in new.iter() {
-        let Some((_, _, was)) = old.iter().find(|(_, n, _)| *n == name) else {
+        let Some((id, _, was)) = old.iter().find(|(_, n, _)| *n == name) else {
             d.push(
                 route_path(name, "(route)"),
                 "absent".into(),
@@ -717,23 +735,23 @@ fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &R
             );
             continue;
         };
-        d.rebuild(
+        d.field(
             &route_path(name, "slow_call_duration"),
             &was.slow_call_threshold(),
             &route.slow_call_threshold(),
-            ROUTES,
+            effect.clone(),
         );
-        d.rebuild(
+        d.field(
             &route_path(name, "retry"),
             &was.retry_enabled(),
             &route.retry_enabled(),
-            ROUTES,
+            effect.clone(),
         );
-        d.rebuild(
+        d.field(
             &route_path(name, "idempotent"),
             &was.idempotent_override(),
             &route.idempotent_override(),
-            ROUTES,
+            effect.clone(),
         );
         // A classifier is compared by what it shows of itself (`Debug`): the standard
         // classifier shows every rule; one made from a closure shows no rule it holds.
@@ -742,8 +760,15 @@ fn routes<C: Classifier + fmt::Debug>(d: &mut Diff, old: &RouteTable<C>, new: &R
                 route_path(name, "classifier"),
                 "the running rules".into(),
                 "other rules".into(),
-                Effect::NeedsRebuild(ROUTES),
+                effect.clone(),
             );
+        }
+        // The whole route, as every stage reads it (its timeout and what it inherits from
+        // the default route included): one swap, so that no reader sees half of it.
+        let changed = format!("{:?}", *was) != format!("{:?}", *route);
+        drop(was);
+        if apply && changed && effect == Effect::InPlace {
+            old.replace_route(id, route.clone());
         }
     }
 }

@@ -246,7 +246,7 @@ impl<'p> Resolver<'p> {
             .map(|code| {
                 let judged = u16::try_from(code)
                     .ok()
-                    .and_then(|code| judge_result(code, route, &call, count_overloaded));
+                    .and_then(|code| judge_result(code, &route, &call, count_overloaded));
                 match judged {
                     Some(Judged::Counted { failure: true, .. }) => FAILURE,
                     Some(Judged::Counted { failure: false, .. }) => SUCCESS,

@@ -144,7 +144,7 @@ impl PolicyFile {
             out.push(RouteExplanation {
                 route: key.to_owned(),
                 default,
-                section: RouteSection::effective(route),
+                section: RouteSection::effective(&route),
                 origins,
             });
         }

@@ -500,7 +500,12 @@ fn written_and_read_back(file: &PolicyFile, names: &[&str]) {
         let table = |p: &Policy| -> Vec<(String, fusebox_classify::section::RouteSection)> {
             p.routes()
                 .iter()
-                .map(|(_, n, r)| (n.to_owned(), fusebox_classify::section::RouteSection::of(r)))
+                .map(|(_, n, r)| {
+                    (
+                        n.to_owned(),
+                        fusebox_classify::section::RouteSection::of(&r),
+                    )
+                })
                 .collect()
         };
         assert_eq!(table(&after), table(before), "{name}");

@@ -97,9 +97,9 @@ impl PolicySection {
         let mut routes = Vec::new();
         for (id, name, r) in policy.routes().iter() {
             if id == fusebox_classify::RouteId::DEFAULT {
-                default_route = Some(route(name, r));
+                default_route = Some(route(name, &r));
             } else {
-                routes.push((name.to_owned(), route(name, r)));
+                routes.push((name.to_owned(), route(name, &r)));
             }
         }
         let (max_keys, idle_timeout) = policy.breaker_key_limits();

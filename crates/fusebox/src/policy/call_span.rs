@@ -134,7 +134,8 @@ impl<C: Classifier> CallSpan<C> {
         let routes = &self.shared.routes;
         let known = judged.and_then(|j| j.of(routes, self.meta.route()));
         let call = self.meta.call(routes);
-        let classifier = routes.route(self.meta.route()).classifier();
+        let route = routes.route(self.meta.route());
+        let classifier = route.classifier();
         let mut on_response = None;
         match answer {
             Answer::Response(status, headers) => {
