@@ -309,14 +309,22 @@ impl<C> Slot<C> {
 
     #[inline]
     fn read(&self) -> RouteRef<'_, C> {
-        let replaced = self
-            .replaced
-            .load(Ordering::Acquire)
-            .then(|| self.current.load());
         RouteRef {
             built: &self.built,
-            replaced,
+            replaced: if self.replaced.load(Ordering::Acquire) {
+                Some(self.load_replaced())
+            } else {
+                None
+            },
         }
+    }
+
+    /// Out of line: a route never replaced (nearly every route of every call) reads no
+    /// more than the flag, and each reader stays small enough to be inlined.
+    #[cold]
+    #[inline(never)]
+    fn load_replaced(&self) -> arc_swap::Guard<Option<Arc<Route<C>>>> {
+        self.current.load()
     }
 
     fn replace(&self, route: Route<C>) {
