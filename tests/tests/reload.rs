@@ -87,6 +87,23 @@ where
         .collect()
 }
 
+/// A dependency's answer with `status` and no body.
+fn answer(status: StatusCode) -> Result<Response<Empty<Bytes>>, std::convert::Infallible> {
+    Ok(Response::builder()
+        .status(status)
+        .body(Empty::new())
+        .expect("a response"))
+}
+
+/// A request without a body.
+fn at(method: http::Method, uri: &str) -> Request<Empty<Bytes>> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Empty::new())
+        .expect("a request")
+}
+
 async fn join(tasks: Vec<tokio::task::JoinHandle<()>>) {
     for t in tasks {
         t.await.expect("a caller");
@@ -462,18 +479,9 @@ async fn a_routes_classifier_change_applies_in_place() {
     );
     // A partner that throttles every charge.
     let svc = running.layer(tower::service_fn(|_req: Request<_>| async {
-        Ok::<_, std::convert::Infallible>(
-            Response::builder()
-                .status(StatusCode::TOO_MANY_REQUESTS)
-                .body(Empty::<Bytes>::new())
-                .unwrap(),
-        )
+        answer(StatusCode::TOO_MANY_REQUESTS)
     }));
-    let charge = || {
-        Request::post("http://partner.example/charge")
-            .body(Empty::<Bytes>::new())
-            .unwrap()
-    };
+    let charge = || at(http::Method::POST, "http://partner.example/charge");
     for _ in 0..20 {
         let answer = svc
             .clone()
@@ -564,19 +572,10 @@ async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_an_added_rout
             } else {
                 StatusCode::OK
             };
-            Ok::<_, std::convert::Infallible>(
-                Response::builder()
-                    .status(status)
-                    .body(Empty::<Bytes>::new())
-                    .unwrap(),
-            )
+            answer(status)
         }
     }));
-    let get = || {
-        Request::get("http://items.example/items")
-            .body(Empty::<Bytes>::new())
-            .unwrap()
-    };
+    let get = || at(http::Method::GET, "http://items.example/items");
     let first = svc.clone().oneshot(get()).await.unwrap();
     assert_eq!(
         first.status(),
