@@ -511,6 +511,14 @@ async fn a_routes_classifier_change_applies_in_place() {
         Effect::InPlace,
         "the route's own timeout still applies"
     );
+    let charging = running
+        .routes()
+        .resolve_path(&http::Method::POST, "/charge");
+    assert_eq!(
+        running.routes().route(charging).timeout_duration(),
+        Some(Duration::from_millis(200)),
+        "the table shows the timeout the timeout stage now applies"
+    );
     assert!(
         !running.diff(&build(true, 200)).has_changes(),
         "the running policy reads the new route: {}",
@@ -607,7 +615,6 @@ async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_an_added_rout
     );
     let items = running.routes().resolve_path(&http::Method::GET, "/items");
     assert!(running.routes().route(items).retry_enabled());
-    assert_eq!(running.routes().iter().count(), 2, "no route was added");
 
     // The next call is retried: its 503 is followed by a 200.
     let retried = svc.clone().oneshot(get()).await.unwrap();
@@ -658,4 +665,185 @@ async fn a_policy_without_a_route_table_of_its_own_does_not_reload_the_shared_on
         "every other layer's default route is as it was"
     );
     assert!(running.diff(&edited).has_changes(), "still to be rebuilt");
+}
+
+/// A call in flight while a reload adds or removes its route's slow-call threshold: its
+/// duration is recorded as it was, and it is judged by the threshold its route has when it
+/// ends.
+#[tokio::test(start_paused = true)]
+async fn a_call_in_flight_across_a_slow_call_threshold_reload_is_timed_as_it_was() {
+    use fusebox::{Route, RouteTable};
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let scrape = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("the only recorder of this test's process");
+
+    let build = |slow: Option<u64>| {
+        let items = match slow {
+            Some(ms) => Route::default().slow_call_duration(Duration::from_millis(ms)),
+            None => Route::default(),
+        };
+        Policy::builder("timed")
+            .routes(
+                RouteTable::builder(Route::default())
+                    .route("GET /items", items)
+                    .build()
+                    .unwrap(),
+            )
+            .circuit_breaker(CircuitBreakerConfig::builder())
+            .build()
+            .unwrap()
+    };
+    let running = build(Some(20));
+    let svc = running.layer(tower::service_fn(|_req: Request<_>| async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        answer(StatusCode::OK)
+    }));
+    // Admitted under `slow`, ended under `then`.
+    let call_across = |then: Option<u64>| {
+        let svc = svc.clone();
+        let running = running.clone();
+        async move {
+            let call =
+                tokio::spawn(svc.oneshot(at(http::Method::GET, "http://timed.example/items")));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let report = running.reload(&build(then));
+            assert!(report.is_complete(), "{report}");
+            call.await.unwrap().unwrap();
+        }
+    };
+    let breaker = running.breaker_handle().unwrap();
+    call_across(None).await;
+    assert_eq!(
+        breaker.snapshot().window.slow,
+        0,
+        "judged with no threshold"
+    );
+    call_across(Some(20)).await;
+    assert_eq!(
+        breaker.snapshot().window.slow,
+        1,
+        "judged by the added threshold"
+    );
+
+    let text = scrape.render();
+    let sum = text
+        .lines()
+        .find(|l| {
+            l.starts_with("fusebox_breaker_call_duration_seconds_sum{")
+                && l.contains("route=\"GET /items\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no duration sum for GET /items in:\n{text}"));
+    assert!(
+        (sum - 0.1).abs() < 1e-6,
+        "two calls of 50 ms, recorded as they were: {sum} s"
+    );
+}
+
+/// A route's idempotency reloads in place: a POST the new route calls idempotent is
+/// retried.
+#[tokio::test(start_paused = true)]
+async fn a_routes_idempotency_applies_in_place() {
+    use fusebox::{RetryConfig, Route, RouteTable};
+    let build = |idempotent: bool| {
+        Policy::builder("orders")
+            .routes(
+                RouteTable::builder(Route::default())
+                    .route("POST /orders", Route::default().idempotent(idempotent))
+                    .build()
+                    .unwrap(),
+            )
+            .retry_budget(
+                RetryConfig::builder()
+                    .max_attempts(2)
+                    .base_delay(Duration::from_millis(1))
+                    .min_retries_per_second(100),
+            )
+            .build()
+            .unwrap()
+    };
+    let running = build(false);
+    // Every call's first attempt fails with a 503, its second succeeds.
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&attempts);
+    let svc = running.layer(tower::service_fn(move |_req: Request<_>| {
+        let n = counted.fetch_add(1, Ordering::SeqCst);
+        async move {
+            answer(if n.is_multiple_of(2) {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            })
+        }
+    }));
+    let order = || at(http::Method::POST, "http://orders.example/orders");
+    let first = svc.clone().oneshot(order()).await.unwrap();
+    assert_eq!(
+        first.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not repeated"
+    );
+    // Its retry would have been the second attempt: the next call starts on an even one.
+    attempts.fetch_add(1, Ordering::SeqCst);
+
+    let report = running.reload(&build(true));
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(report.changes.len(), 1, "{report}");
+    assert_eq!(
+        report.changes[0].path,
+        "routes[\"POST /orders\"].idempotent"
+    );
+    let retried = svc.clone().oneshot(order()).await.unwrap();
+    assert_eq!(retried.status(), StatusCode::OK, "repeated now");
+    assert_eq!(attempts.load(Ordering::SeqCst), 4);
+}
+
+/// A route whose timeout changes while the timeout layer is added: the layer needs a
+/// rebuild, and so does the route, which stays as it was whole (its other changes too), so
+/// that the table never shows a timeout no stage applies.
+#[tokio::test(start_paused = true)]
+async fn a_route_whose_timeout_needs_the_timeout_layer_added_is_kept_as_it_was() {
+    use fusebox::{Route, RouteTable};
+    let build = |timeout: Option<u64>| {
+        let mut a = Route::default().retry(timeout.is_none());
+        if let Some(ms) = timeout {
+            a = a.timeout(Duration::from_millis(ms));
+        }
+        Policy::builder("drift")
+            .routes(
+                RouteTable::builder(Route::default())
+                    .route("GET /a", a)
+                    .build()
+                    .unwrap(),
+            )
+            .circuit_breaker(CircuitBreakerConfig::builder())
+            .build()
+            .unwrap()
+    };
+    let running = build(None);
+    assert!(!running.has_timeout());
+    let report = running.reload(&build(Some(100)));
+    let effect = |path: &str| {
+        report
+            .changes
+            .iter()
+            .find(|c| c.path == path)
+            .unwrap_or_else(|| panic!("{path}: {report}"))
+            .effect
+            .clone()
+    };
+    assert!(
+        matches!(effect("timeout"), Effect::NeedsRebuild(_)),
+        "{report}"
+    );
+    assert!(
+        matches!(effect("routes[\"GET /a\"].retry"), Effect::NeedsRebuild(_)),
+        "{report}"
+    );
+    let a = running.routes().resolve_path(&http::Method::GET, "/a");
+    let route = running.routes().route(a);
+    assert!(route.retry_enabled(), "kept as it was");
+    assert_eq!(route.timeout_duration(), None);
 }

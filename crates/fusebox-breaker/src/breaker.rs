@@ -12,7 +12,7 @@ use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, NoWait};
 use fusebox_classify::{
     Call, CallMeta, Classified, Classifier, Clock, OnEndOfStream, Outcome, RouteId, RouteTable,
-    SharedVerdict, StreamEnd, Verdict,
+    SharedVerdict, SlowThresholds, StreamEnd, Verdict,
 };
 use http::{HeaderMap, StatusCode};
 use std::error::Error;
@@ -34,6 +34,9 @@ pub(crate) struct Breaker<C, St> {
     /// failure; read only when a call ended in an error, changed by a reload.
     count_overloaded: AtomicBool,
     needs_end_time: bool,
+    /// Per route (by [`RouteId`](fusebox_classify::RouteId) index): its slow-call
+    /// threshold as the table holds it now, read with one load.
+    slow_after: SlowThresholds,
     /// Whether every route is timed for the call-duration histogram (a metrics recorder was
     /// installed when the breaker was built): a route without a slow-call threshold then
     /// gets [`NEVER_SLOW`].
@@ -101,6 +104,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         // duration ([`NEVER_SLOW`]), which no call reaches. Without a recorder, such a
         // route reads no clock.
         let timed = fusebox_classify::series::recording();
+        let slow_after = table.slow_thresholds();
         // The call-duration histograms, per route: one set per layer, shared by its keys.
         events.durations(&table);
         Breaker {
@@ -112,6 +116,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             events,
             count_overloaded: AtomicBool::new(count_overloaded),
             needs_end_time,
+            slow_after,
             timed,
             touched: AtomicBool::new(true),
             expose: false,
@@ -160,14 +165,14 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         meta: CallMeta,
         owner: impl FnOnce() -> Owner<C, St>,
     ) -> Result<Guard<C, St>, CircuitOpen> {
-        let (permit, slow_at) = self.start(meta.route())?;
+        let (permit, started) = self.start(meta.route())?;
         // Built field by field where it will live: a guard assembled from smaller structs
         // was moved once more, and that move cost an HTTP breaker call about 9 ns.
         Ok(Guard {
             breaker: owner(),
             permit,
             meta,
-            slow_at,
+            started,
             done: false,
         })
     }
@@ -179,24 +184,22 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         &self,
         owner: impl FnOnce() -> Owner<C, St>,
     ) -> Result<Guard<C, St, PlainCall>, CircuitOpen> {
-        let (permit, slow_at) = self.start(RouteId::DEFAULT)?;
+        let (permit, started) = self.start(RouteId::DEFAULT)?;
         Ok(Guard {
             breaker: owner(),
             permit,
             meta: PlainCall,
-            slow_at,
+            started,
             done: false,
         })
     }
 
     #[inline(always)]
-    fn start(&self, route: RouteId) -> Result<(Permit, Option<Option<Instant>>), CircuitOpen> {
+    fn start(&self, route: RouteId) -> Result<(Permit, Option<Instant>), CircuitOpen> {
         match self.store.acquire() {
             Ok(permit) => {
-                let threshold = self.slow_after(route);
-                // Past the end of time (a threshold of centuries): never slow.
-                let slow_at = threshold.map(|t| Instant::now().checked_add(t));
-                Ok((permit, slow_at))
+                let started = self.slow_after(route).map(|_| Instant::now());
+                Ok((permit, started))
             }
             Err(rejected) => Err(CircuitOpen::new(
                 Arc::clone(&self.name),
@@ -207,26 +210,30 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
-    /// Whether a call on `route` that turns slow at `slow_at` was slow, as of now; reads
-    /// the clock only if needed. A call whose route measures slowness has its duration
-    /// recorded (its start is `slow_at` less the route's threshold).
+    /// Whether a call on `route` admitted at `started` was slow, as of now; reads the clock
+    /// only if needed. A call whose route measures slowness has its duration recorded. The
+    /// threshold is the one its route has now: a call in flight across a reload that
+    /// changes it is judged by the new one, and its duration is recorded as it was.
     #[inline(always)]
-    fn measure(&self, route: RouteId, slow_at: Option<Option<Instant>>) -> (bool, Option<Instant>) {
-        if slow_at.is_none() && !self.needs_end_time {
+    fn measure(&self, route: RouteId, started: Option<Instant>) -> (bool, Option<Instant>) {
+        if started.is_none() && !self.needs_end_time {
             return (false, None);
         }
         let now = Instant::now();
-        let slow = slow_at.flatten().is_some_and(|at| now >= at);
-        if let Some(at) = slow_at.flatten() {
-            self.observe(route, at, now);
+        let mut slow = false;
+        if let Some(started) = started
+            && let Some(threshold) = self.slow_after(route)
+        {
+            let took = now.saturating_duration_since(started);
+            slow = took >= threshold;
+            self.observe(route, took);
         }
         (slow, Some(now))
     }
 
-    /// Records the duration of a call on `route` that turned slow at `slow_at` and ended at
-    /// `end`.
+    /// Records the duration of a call on `route`.
     #[inline]
-    fn observe(&self, route: RouteId, slow_at: Instant, end: Instant) {
+    fn observe(&self, route: RouteId, took: Duration) {
         // The histograms are per route of the table the breaker was built with; an
         // unknown id is the default route's, as the table reads it.
         let i = if route.index() < self.table.route_count() {
@@ -234,22 +241,17 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         } else {
             0
         };
-        if let Some(threshold) = self.slow_after(route) {
-            let start = slow_at.checked_sub(threshold).unwrap_or(slow_at);
-            self.events
-                .duration(i, end.saturating_duration_since(start));
-        }
+        self.events.duration(i, took);
     }
 
     /// The slow-call threshold of `route` as its table holds it now (an unknown id is the
-    /// default route's): read at admission to stamp the guard with the instant its call
-    /// turns slow, so that telling a slow call at the end is one comparison of instants.
-    /// A route without one is timed past any call's duration when every route is timed.
+    /// default route's), read at admission (whether to read the clock) and at the end (was
+    /// the call slow). A route without one is timed past any call's duration when every
+    /// route is timed.
     #[inline(always)]
     fn slow_after(&self, route: RouteId) -> Option<Duration> {
-        self.table
-            .route(route)
-            .slow_call_threshold()
+        self.slow_after
+            .get(route)
             .or(self.timed.then_some(NEVER_SLOW))
     }
 
@@ -419,9 +421,9 @@ pub struct Guard<C: Classifier, St: Store, M: Facts = CallMeta> {
     /// The request's route, method and idempotency ([`CallMeta`]), or nothing for a plain
     /// call ([`PlainCall`]).
     meta: M,
-    /// When the call turns slow (admission time + the route's threshold, `None` inside if
-    /// that is past the end of time); `None` when its route does not measure slowness.
-    slow_at: Option<Option<Instant>>,
+    /// When the call was admitted, if its route measured slowness then (or every route is
+    /// timed for the call-duration histogram).
+    started: Option<Instant>,
     done: bool,
 }
 
@@ -527,7 +529,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     #[inline(always)]
     fn finish_outcome(&mut self, outcome: Outcome) {
-        let (slow, now) = self.breaker.measure(self.route(), self.slow_at);
+        let (slow, now) = self.breaker.measure(self.route(), self.started);
         self.finish_measured(outcome, slow, now);
     }
 
@@ -574,7 +576,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     /// Hands the guard to the response body, measuring slowness now (time to headers).
     pub fn at_end_of_stream(self) -> EosRecorder<C, St, M> {
-        let (slow, _) = self.breaker.measure(self.route(), self.slow_at);
+        let (slow, _) = self.breaker.measure(self.route(), self.started);
         EosRecorder { guard: self, slow }
     }
 

@@ -23,7 +23,8 @@
 //! let mut headers = HeaderMap::new();
 //! headers.insert("x-partner-status", "degraded".parse()?);
 //! let meta = fusebox_classify::CallMeta::new(fusebox_classify::RouteId::DEFAULT, Method::GET, true);
-//! let classifier = table.route(meta.route()).classifier();
+//! let route = table.route(meta.route());
+//! let classifier = route.classifier();
 //! assert_eq!(
 //!     classifier.classify_response(&meta.call(&table), StatusCode::OK, &headers),
 //!     Classified::Ready(Verdict::FAILURE),

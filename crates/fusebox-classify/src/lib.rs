@@ -90,7 +90,7 @@ pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};
 pub use crate::route::{
-    CallMeta, Inherited, Route, RouteId, RouteRef, RouteTable, RouteTableBuilder,
+    CallMeta, Inherited, Route, RouteId, RouteRef, RouteTable, RouteTableBuilder, SlowThresholds,
 };
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]

@@ -281,6 +281,7 @@ struct Table<C> {
     shared_default: bool,
     names: Vec<Arc<str>>,
     routes: Vec<Slot<C>>,
+    slow: SlowThresholds,
     router: Option<Matcher>,
 }
 
@@ -330,6 +331,74 @@ impl<C> Slot<C> {
     fn replace(&self, route: Route<C>) {
         self.current.store(Some(Arc::new(route)));
         self.replaced.store(true, Ordering::Release);
+    }
+}
+
+/// Each route's slow-call threshold as its table holds it now, by route id: shared by the
+/// table and the breakers that read it at every admission ([`RouteTable::slow_thresholds`]),
+/// so that a breaker reads a threshold with one load, and a
+/// [replaced](RouteTable::replace_route) route's threshold reaches every breaker at once.
+/// Cloning is cheap: clones share the thresholds.
+#[derive(Clone)]
+pub struct SlowThresholds {
+    /// Per route: the threshold's seconds in the upper 34 bits and its nanoseconds in the
+    /// lower 30 ([`NO_THRESHOLD`] for none), so that reading one divides nothing.
+    by_route: Arc<[AtomicU64]>,
+}
+
+/// A route without a slow-call threshold.
+const NO_THRESHOLD: u64 = u64::MAX;
+/// The bits of a threshold's nanoseconds.
+const NANOS_BITS: u32 = 30;
+
+impl SlowThresholds {
+    fn new<'a, C: 'a>(routes: impl Iterator<Item = &'a Route<C>>) -> Self {
+        SlowThresholds {
+            by_route: routes
+                .map(|r| AtomicU64::new(Self::encode(r.slow_call_threshold())))
+                .collect(),
+        }
+    }
+
+    /// A threshold as stored: at most about 544 years (longer ones are clamped to it).
+    fn encode(threshold: Option<Duration>) -> u64 {
+        match threshold {
+            None => NO_THRESHOLD,
+            Some(t) => {
+                let secs = t.as_secs().min((1 << (64 - NANOS_BITS)) - 2);
+                (secs << NANOS_BITS) | u64::from(t.subsec_nanos())
+            }
+        }
+    }
+
+    fn set(&self, id: RouteId, threshold: Option<Duration>) {
+        if let Some(slot) = self.by_route.get(id.index()) {
+            slot.store(Self::encode(threshold), Ordering::Relaxed);
+        }
+    }
+
+    /// The slow-call threshold of route `id` (the default route's for an unknown id).
+    #[inline]
+    pub fn get(&self, id: RouteId) -> Option<Duration> {
+        let slot = self
+            .by_route
+            .get(id.index())
+            .or_else(|| self.by_route.first())?;
+        match slot.load(Ordering::Relaxed) {
+            NO_THRESHOLD => None,
+            v => Some(Duration::new(
+                v >> NANOS_BITS,
+                (v & ((1 << NANOS_BITS) - 1)) as u32,
+            )),
+        }
+    }
+}
+
+impl fmt::Debug for SlowThresholds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries((0..self.by_route.len()).map(|i| self.get(RouteId(i as u16))))
+            .finish()
     }
 }
 
@@ -453,6 +522,7 @@ impl<C: Classifier> RouteTable<C> {
                 id: next_table_id(),
                 shared_default,
                 names: vec![Arc::from(DEFAULT_ROUTE)],
+                slow: SlowThresholds::new(std::iter::once(&route)),
                 routes: vec![Slot::new(route)],
                 router: None,
             }),
@@ -528,8 +598,11 @@ impl<C: Classifier> RouteTable<C> {
     }
 
     /// Puts `route`'s settings in place of those of route `id`, for every layer that reads
-    /// this table (its clones share it), from the next read on; the route keeps its id, its
-    /// name and the requests it matches. A reader that holds the former settings (a call
+    /// them from this table (its clones share it), from the next read on; the route keeps
+    /// its id, its name and the requests it matches. Read from the table per call: the
+    /// classifier, the slow-call threshold, `retry` and `idempotent`. A timeout layer keeps
+    /// each route's timeout in its own `Timeouts` (from when it was built), which
+    /// `Timeouts::set_route` changes: fusebox's `Policy::reload` changes both. A reader that holds the former settings (a call
     /// classifying its answer at that moment) finishes with them. `route` is taken as it
     /// is: what it leaves unset is not taken from the default route (a route of a table
     /// built by [`RouteTableBuilder::build`] already holds what it inherits). Zero
@@ -551,6 +624,7 @@ impl<C: Classifier> RouteTable<C> {
         }
         route.slow_call_duration = nonzero(route.slow_call_duration);
         route.timeout = nonzero(route.timeout);
+        self.table.slow.set(id, route.slow_call_threshold());
         slot.replace(route);
         true
     }
@@ -579,6 +653,12 @@ impl<C: Classifier> RouteTable<C> {
     #[inline]
     pub(crate) fn address(&self) -> usize {
         Arc::as_ptr(&self.table) as *const () as usize
+    }
+
+    /// Each route's slow-call threshold as it is now (`route(id).slow_call_threshold()`),
+    /// shared, for a reader that needs it at every call (the breaker's admission).
+    pub fn slow_thresholds(&self) -> SlowThresholds {
+        self.table.slow.clone()
     }
 
     /// Whether this is the process-wide default table ([`RouteTable::default`]), shared by
@@ -748,6 +828,7 @@ impl<C: Classifier> RouteTableBuilder<C> {
             shared_default: false,
             names,
             router: (routes.len() > 1).then_some(Matcher { router }),
+            slow: SlowThresholds::new(routes.iter()),
             routes: routes.into_iter().map(Slot::new).collect(),
         };
         v.finish(RouteTable {
@@ -814,6 +895,7 @@ mod tests {
             let now = t.route(a);
             assert!(now.retry_enabled());
             assert_eq!(now.slow_call_threshold(), Some(ms(20)));
+            assert_eq!(t.slow_thresholds().get(a), Some(ms(20)));
             assert_eq!(now.timeout_duration(), None, "a zero timeout is none");
             assert_eq!(
                 now.classifier()
@@ -830,11 +912,24 @@ mod tests {
             listed,
             [("default".to_owned(), true), ("GET /a".to_owned(), true)]
         );
+        // A reader holding replaced settings finishes with them across the next swap.
+        let held = stage.route(a);
+        assert!(table.replace_route(a, Route::default().retry(false)));
+        assert!(held.retry_enabled());
+        assert_eq!(held.slow_call_threshold(), Some(ms(20)));
+        drop(held);
+        assert!(!stage.route(a).retry_enabled());
+        assert_eq!(stage.slow_thresholds().get(a), None, "the second swap's");
         // The route keeps its id and what it matches; the default route is untouched.
         assert_eq!(stage.resolve_path(&Method::GET, "/a"), a);
         assert_eq!(stage.route(RouteId::DEFAULT).slow_call_threshold(), None);
         // An id the table does not hold changes nothing.
         assert!(!table.replace_route(RouteId(7), Route::default().retry(false)));
+        assert_eq!(
+            stage.slow_thresholds().get(RouteId(7)),
+            None,
+            "the default route's"
+        );
         assert!(
             stage.route(RouteId(7)).retry_enabled(),
             "read as the default route"

@@ -15,7 +15,8 @@
 //! let table = RouteTable::builder(Route::new(TowerHttpClassifier::new(ServerErrorsAsFailures::new())))
 //!     .build()?;
 //! let meta = CallMeta::new(RouteId::DEFAULT, Method::GET, true);
-//! let classifier = table.route(meta.route()).classifier();
+//! let route = table.route(meta.route());
+//! let classifier = route.classifier();
 //! let call = meta.call(&table);
 //! assert_eq!(
 //!     classifier.classify_response(&call, StatusCode::BAD_GATEWAY, &HeaderMap::new()),

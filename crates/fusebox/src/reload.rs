@@ -31,8 +31,12 @@
 //! why, and what was kept (the breaker's state). [`Policy::diff`] gives the same report
 //! without changing anything: what a reload would do. Each route's classifier is compared
 //! by its `Debug` form: the standard classifier's shows every rule a file can write (a
-//! change needs a rebuild, and is reported); a classifier made from a closure shows none of
-//! what the closure decides, so a change inside one is not seen.
+//! change is reported and applied); a classifier made from a closure shows none of what
+//! the closure decides, so a change inside one is not seen (it is applied with the rest of
+//! the route when another of the route's settings changes).
+//!
+//! A route table given to two policies is shared by them: a reload of one changes the
+//! routes of both. Build each policy's table on its own to reload them apart.
 //!
 //! A policy file is reloaded with `fusebox::config::PolicyFile::reload`
 //! (features `toml` or `yaml`): an invalid file changes nothing and returns every problem,
@@ -205,7 +209,14 @@ impl<C: Classifier + fmt::Debug> Policy<C> {
         limit(&mut d, old, new_shared, apply);
         timeout(&mut d, &running, new_shared, apply);
         retry(&mut d, old, new_shared, apply);
-        routes(&mut d, &old.routes, &new_shared.routes, apply);
+        let timeouts_follow = old.timeout.is_some() == new_shared.timeout.is_some();
+        routes(
+            &mut d,
+            &old.routes,
+            &new_shared.routes,
+            timeouts_follow,
+            apply,
+        );
         d.rebuild(
             "fallback.routes",
             &old.settings.fallback,
@@ -703,6 +714,7 @@ fn routes<C: Classifier + fmt::Debug>(
     d: &mut Diff,
     old: &RouteTable<C>,
     new: &RouteTable<C>,
+    timeouts_follow: bool,
     apply: bool,
 ) {
     const ROUTES: &str = "the routes a table holds and the requests each matches are fixed when the policy is built: every stage keeps the route ids it resolved";
@@ -716,15 +728,6 @@ fn routes<C: Classifier + fmt::Debug>(
             );
         }
     }
-    // A policy built without a route table of its own reads the one every such layer
-    // shares: a change to it would reach them all.
-    let effect = if old.is_shared_default() {
-        Effect::NeedsRebuild(
-            "the policy was built without a route table of its own, and reads the one every such layer of the process shares: build it with one (`routes`) to reload its routes",
-        )
-    } else {
-        Effect::InPlace
-    };
     for (_, name, route) in new.iter() {
         let Some((id, _, was)) = old.iter().find(|(_, n, _)| *n == name) else {
             d.push(
@@ -734,6 +737,22 @@ fn routes<C: Classifier + fmt::Debug>(
                 Effect::NeedsRebuild(ROUTES),
             );
             continue;
+        };
+        // A route is replaced whole or not at all, so that what the table shows of it is
+        // what every stage runs with.
+        let effect = if old.is_shared_default() {
+            // Built without a route table of its own: the policy reads the one every such
+            // layer shares, and a change to it would reach them all.
+            Effect::NeedsRebuild(
+                "the policy was built without a route table of its own, and reads the one every such layer of the process shares: build it with one (`routes`) to reload its routes",
+            )
+        } else if !timeouts_follow && was.timeout_duration() != route.timeout_duration() {
+            // Its timeout would need the timeout layer added or removed.
+            Effect::NeedsRebuild(
+                "the route's timeout changes with the timeout layer added or removed, which needs a rebuild: the route is kept as it was",
+            )
+        } else {
+            Effect::InPlace
         };
         d.field(
             &route_path(name, "slow_call_duration"),
