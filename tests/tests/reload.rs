@@ -87,6 +87,17 @@ where
         .collect()
 }
 
+/// How the report applied the change at `path` (there must be one).
+fn effect_at(report: &fusebox::reload::Reload, path: &str) -> Effect {
+    report
+        .changes
+        .iter()
+        .find(|c| c.path == path)
+        .unwrap_or_else(|| panic!("{path}: {report}"))
+        .effect
+        .clone()
+}
+
 /// A dependency's answer with `status` and no body.
 fn answer(status: StatusCode) -> Result<Response<Empty<Bytes>>, std::convert::Infallible> {
     Ok(Response::builder()
@@ -595,15 +606,7 @@ async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_an_added_rout
     // An added route needs a rebuild; the settings of the route both tables hold apply.
     let report = running.reload(&build(true, 20, true));
     assert!(!report.is_complete(), "{report}");
-    let effect = |path: &str| {
-        report
-            .changes
-            .iter()
-            .find(|c| c.path == path)
-            .unwrap_or_else(|| panic!("{path}: {report}"))
-            .effect
-            .clone()
-    };
+    let effect = |path: &str| effect_at(&report, path);
     assert!(matches!(
         effect("routes[\"GET /other\"].(route)"),
         Effect::NeedsRebuild(_)
@@ -825,15 +828,7 @@ async fn a_route_whose_timeout_needs_the_timeout_layer_added_is_kept_as_it_was()
     let running = build(None);
     assert!(!running.has_timeout());
     let report = running.reload(&build(Some(100)));
-    let effect = |path: &str| {
-        report
-            .changes
-            .iter()
-            .find(|c| c.path == path)
-            .unwrap_or_else(|| panic!("{path}: {report}"))
-            .effect
-            .clone()
-    };
+    let effect = |path: &str| effect_at(&report, path);
     assert!(
         matches!(effect("timeout"), Effect::NeedsRebuild(_)),
         "{report}"
