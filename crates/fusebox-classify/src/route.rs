@@ -602,8 +602,9 @@ impl<C: Classifier> RouteTable<C> {
     /// its id, its name and the requests it matches. Read from the table per call: the
     /// classifier, the slow-call threshold, `retry` and `idempotent`. A timeout layer keeps
     /// each route's timeout in its own `Timeouts` (from when it was built), which
-    /// `Timeouts::set_route` changes: fusebox's `Policy::reload` changes both. A reader that holds the former settings (a call
-    /// classifying its answer at that moment) finishes with them. `route` is taken as it
+    /// `Timeouts::set_route` changes: fusebox's `Policy::reload` changes both. A reader
+    /// that holds the former settings (a call classifying its answer at that moment)
+    /// finishes with them. `route` is taken as it
     /// is: what it leaves unset is not taken from the default route (a route of a table
     /// built by [`RouteTableBuilder::build`] already holds what it inherits). Zero
     /// durations are treated as absent, as [`single`](RouteTable::single) treats them.
