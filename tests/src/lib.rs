@@ -26,6 +26,22 @@ pub mod capture;
 pub mod dependency;
 pub mod redis_server;
 
+/// What the reload tests read of a reload's report.
+pub mod reload {
+    use fusebox::reload::{Effect, Reload};
+
+    /// How `report` applied the change at `path` (there must be one).
+    pub fn effect_at(report: &Reload, path: &str) -> Effect {
+        report
+            .changes
+            .iter()
+            .find(|c| c.path == path)
+            .unwrap_or_else(|| panic!("{path}: {report}"))
+            .effect
+            .clone()
+    }
+}
+
 /// gRPC-Web bodies for the tests that serve them.
 pub mod grpc_web {
     /// A gRPC-Web frame: `flags` (`0x80` for the trailer frame), the payload's length, the

@@ -11,6 +11,7 @@ use fusebox::config::PolicyFile;
 use fusebox::error::{CircuitOpen, Elapsed};
 use fusebox::reload::Effect;
 use fusebox::{CircuitBreakerConfig, KeyBy, Policy, Registry};
+use fusebox_tests::reload::effect_at;
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use std::sync::Arc;
@@ -85,17 +86,6 @@ where
             })
         })
         .collect()
-}
-
-/// How the report applied the change at `path` (there must be one).
-fn effect_at(report: &fusebox::reload::Reload, path: &str) -> Effect {
-    report
-        .changes
-        .iter()
-        .find(|c| c.path == path)
-        .unwrap_or_else(|| panic!("{path}: {report}"))
-        .effect
-        .clone()
 }
 
 /// A dependency's answer with `status` and no body.
@@ -546,8 +536,7 @@ async fn a_routes_classifier_change_applies_in_place() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_an_added_route_needs_a_rebuild()
-{
+async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_so_does_an_added_route() {
     use fusebox::{RetryConfig, Route, RouteTable};
     let build = |retry: bool, slow_ms: u64, extra_route: bool| {
         let mut routes = RouteTable::builder(Route::default()).route(
@@ -603,14 +592,14 @@ async fn a_routes_retry_and_slow_call_threshold_apply_in_place_and_an_added_rout
     );
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
 
-    // An added route needs a rebuild; the settings of the route both tables hold apply.
+    // An added route applies in place, and so do the settings of the route both tables
+    // hold.
     let report = running.reload(&build(true, 20, true));
-    assert!(!report.is_complete(), "{report}");
+    assert!(report.is_complete(), "{report}");
     let effect = |path: &str| effect_at(&report, path);
-    assert!(matches!(
-        effect("routes[\"GET /other\"].(route)"),
-        Effect::NeedsRebuild(_)
-    ));
+    assert_eq!(effect("routes[\"GET /other\"].(route)"), Effect::InPlace);
+    let other = running.routes().resolve_path(&http::Method::GET, "/other");
+    assert_eq!(running.routes().name(other), "GET /other");
     assert_eq!(effect("routes[\"GET /items\"].retry"), Effect::InPlace);
     assert_eq!(
         effect("routes[\"GET /items\"].slow_call_duration"),

@@ -236,12 +236,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     fn observe(&self, route: RouteId, took: Duration) {
         // The histograms are per route of the table the breaker was built with; an
         // unknown id is the default route's, as the table reads it.
-        let i = if route.index() < self.table.route_count() {
-            route.index()
-        } else {
-            0
-        };
-        self.events.duration(i, took);
+        self.events.duration(route, took, &self.table);
     }
 
     /// The slow-call threshold of `route` as its table holds it now (an unknown id is the

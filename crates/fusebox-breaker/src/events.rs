@@ -47,7 +47,9 @@
 use crate::config::CircuitBreakerConfig;
 use crate::state::{Reason, State, Transition};
 use crate::window::WindowTotals;
+use fusebox_classify::route::PerRoute;
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
+use fusebox_classify::{Classifier, RouteId, RouteTable};
 use metrics::{Counter, Gauge, Histogram, Label};
 use std::fmt;
 use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
@@ -335,8 +337,9 @@ struct SinkInner {
     name: Arc<str>,
     tx: broadcast::Sender<BreakerEvent>,
     listeners: Vec<Listener>,
-    /// The call-duration histograms, by route index: one set for the layer and its keys.
-    durations: OnceLock<Box<[Histogram]>>,
+    /// The call-duration histograms, by route: one set for the layer and its keys (none
+    /// while no recorder is installed).
+    durations: OnceLock<Option<PerRoute<Histogram>>>,
 }
 
 impl fmt::Debug for EventSink {
@@ -403,30 +406,53 @@ impl EventSink {
     }
 
     /// Registers the call-duration histograms of `table`'s routes, once per layer.
-    pub(crate) fn durations<C: fusebox_classify::Classifier>(
-        &self,
-        table: &fusebox_classify::RouteTable<C>,
-    ) {
+    pub(crate) fn durations<C: Classifier>(&self, table: &RouteTable<C>) {
         self.inner.durations.get_or_init(|| {
-            if !series::recording() {
-                return Box::default();
-            }
-            let b = SeriesBuilder::new(&self.inner.name);
-            table
-                .iter()
-                .map(|(_, route, _)| {
-                    b.histogram(CALL_DURATION_SECONDS, &[("route", route.to_owned().into())])
-                })
-                .collect()
+            series::recording().then(|| table.per_route(|id| self.duration_histogram(table, id)))
         });
     }
 
-    /// Records the duration of a call on the route of index `route`.
+    fn duration_histogram<C: Classifier>(
+        &self,
+        table: &RouteTable<C>,
+        route: RouteId,
+    ) -> Histogram {
+        SeriesBuilder::new(&self.inner.name).histogram(
+            CALL_DURATION_SECONDS,
+            &[("route", table.name(route).to_owned().into())],
+        )
+    }
+
+    /// Records the duration of a call on route `route` of `table` (the table the
+    /// histograms were registered for; a route added to it since gets its histogram now).
     #[inline]
-    pub(crate) fn duration(&self, route: usize, duration: std::time::Duration) {
-        if let Some(h) = self.inner.durations.get().and_then(|d| d.get(route)) {
-            h.record(duration.as_secs_f64());
-        }
+    pub(crate) fn duration<C: Classifier>(
+        &self,
+        route: RouteId,
+        duration: std::time::Duration,
+        table: &RouteTable<C>,
+    ) {
+        let Some(Some(durations)) = self.inner.durations.get() else {
+            return;
+        };
+        let histogram = match durations.get(route) {
+            Some(h) => h,
+            None => self.added_route(durations, route, table),
+        };
+        histogram.record(duration.as_secs_f64());
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn added_route<'a, C: Classifier>(
+        &self,
+        durations: &'a PerRoute<Histogram>,
+        route: RouteId,
+        table: &RouteTable<C>,
+    ) -> &'a Histogram {
+        table
+            .grow(durations, route, |id| self.duration_histogram(table, id))
+            .unwrap_or_else(|| durations.get_or_default(RouteId::DEFAULT))
     }
 
     /// Publishes `config`'s thresholds (what the window's rates are compared with). Stores

@@ -27,9 +27,15 @@ use arc_swap::ArcSwapOption;
 use http::{Method, Request};
 use std::fmt;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+mod edit;
+mod per_route;
+
+pub use edit::RouteEdit;
+pub use per_route::PerRoute;
 
 /// Names a route of a [`RouteTable`]; cheap to copy and store in a future.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -279,10 +285,106 @@ struct Table<C> {
     /// The process-wide default table ([`RouteTable::default`]), which every layer built
     /// without a table of its own shares: its route is never replaced.
     shared_default: bool,
+    /// The routes the table was built with: route `i` is `names[i]`, `routes[i]`.
     names: Vec<Arc<str>>,
     routes: Vec<Slot<C>>,
     slow: SlowThresholds,
+    /// The matcher the table was built with, until an edit adds or removes a route.
     router: Option<Matcher>,
+    edited: Edited<C>,
+}
+
+/// What [edits](RouteTable::edit) changed in a table's routes since it was built.
+///
+/// A table never edited reads none of it but the `rerouted` flag: its routes are in
+/// [`Table::routes`] and its matcher in [`Table::router`].
+#[derive(Debug)]
+struct Edited<C> {
+    /// Whether `router` is the matcher requests are matched by (set, with release ordering,
+    /// once it is): an edit added or removed a route.
+    rerouted: AtomicBool,
+    router: ArcSwapOption<Matcher>,
+    /// The routes added since the table was built, with their names: route
+    /// `routes.len() + i` is `added[i]`. Append-only, so that a name or route read from it
+    /// stays where it is while the table lives.
+    added: boxcar::Vec<(Arc<str>, Slot<C>)>,
+    /// Held by an edit, so that edits apply one after another.
+    lock: Mutex<()>,
+}
+
+impl<C> Edited<C> {
+    fn new() -> Self {
+        Edited {
+            rerouted: AtomicBool::new(false),
+            router: ArcSwapOption::const_empty(),
+            added: boxcar::Vec::new(),
+            lock: Mutex::new(()),
+        }
+    }
+}
+
+impl<C> Table<C> {
+    /// Route `id`'s slot, if the table holds it.
+    #[inline]
+    fn slot(&self, id: RouteId) -> Option<&Slot<C>> {
+        match self.routes.get(id.index()) {
+            Some(slot) => Some(slot),
+            None => self.added(id).map(|(_, slot)| slot),
+        }
+    }
+
+    /// Route `id`'s name, if the table holds it.
+    #[inline]
+    fn name(&self, id: RouteId) -> Option<&Arc<str>> {
+        match self.names.get(id.index()) {
+            Some(name) => Some(name),
+            None => self.added(id).map(|(name, _)| name),
+        }
+    }
+
+    /// A route added since the table was built; out of line, so that reading a route it
+    /// was built with stays one bounds check.
+    #[cold]
+    #[inline(never)]
+    fn added(&self, id: RouteId) -> Option<&(Arc<str>, Slot<C>)> {
+        self.edited
+            .added
+            .get(id.index().checked_sub(self.routes.len())?)
+    }
+
+    /// How many route ids the table has given out.
+    #[inline]
+    fn count(&self) -> usize {
+        self.routes.len() + self.edited.added.count()
+    }
+
+    /// Whether no request can match a route besides the default one.
+    #[inline]
+    fn matches_nothing(&self) -> bool {
+        self.router.is_none() && !self.edited.rerouted.load(Ordering::Acquire)
+    }
+
+    /// The route for `method` and `path`.
+    #[inline]
+    fn resolve(&self, method: &Method, path: &str) -> RouteId {
+        if self.edited.rerouted.load(Ordering::Acquire) {
+            return self.resolve_edited(method, path);
+        }
+        match &self.router {
+            Some(matcher) => matcher.resolve(method, path),
+            None => RouteId::DEFAULT,
+        }
+    }
+
+    /// The route for `method` and `path`, by the matcher an edit put in place.
+    #[cold]
+    #[inline(never)]
+    fn resolve_edited(&self, method: &Method, path: &str) -> RouteId {
+        match &*self.edited.router.load() {
+            Some(matcher) => matcher.resolve(method, path),
+            None => RouteId::DEFAULT,
+        }
+    }
 }
 
 /// One route of a table: its settings as built, and those that replaced them
@@ -297,6 +399,9 @@ struct Slot<C> {
     /// Whether `current` holds settings: set, with release ordering, once they are stored.
     replaced: AtomicBool,
     current: ArcSwapOption<Route<C>>,
+    /// Whether an edit took the route out of the table: it matches no request and is not
+    /// listed, and calls already on it read it as before.
+    removed: AtomicBool,
 }
 
 impl<C> Slot<C> {
@@ -305,7 +410,12 @@ impl<C> Slot<C> {
             built: route,
             replaced: AtomicBool::new(false),
             current: ArcSwapOption::const_empty(),
+            removed: AtomicBool::new(false),
         }
+    }
+
+    fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
     }
 
     #[inline]
@@ -338,12 +448,13 @@ impl<C> Slot<C> {
 /// table and the breakers that read it at every admission ([`RouteTable::slow_thresholds`]),
 /// so that a breaker reads a threshold with one load, and a
 /// [replaced](RouteTable::replace_route) route's threshold reaches every breaker at once.
-/// Cloning is cheap: clones share the thresholds.
+/// Routes [added](RouteTable::edit) to the table get theirs before any request can match
+/// them. Cloning is cheap: clones share the thresholds.
 #[derive(Clone)]
 pub struct SlowThresholds {
     /// Per route: the threshold's seconds in the upper 34 bits and its nanoseconds in the
     /// lower 30 ([`NO_THRESHOLD`] for none), so that reading one divides nothing.
-    by_route: Arc<[AtomicU64]>,
+    by_route: Arc<PerRoute<AtomicU64>>,
 }
 
 /// A route without a slow-call threshold.
@@ -352,11 +463,11 @@ const NO_THRESHOLD: u64 = u64::MAX;
 const NANOS_BITS: u32 = 30;
 
 impl SlowThresholds {
-    fn new<'a, C: 'a>(routes: impl Iterator<Item = &'a Route<C>>) -> Self {
+    /// The thresholds of a table's default route, then of its other routes in order.
+    fn new<'a, C: 'a>(default: &Route<C>, routes: impl Iterator<Item = &'a Route<C>>) -> Self {
+        let slot = |r: &Route<C>| AtomicU64::new(Self::encode(r.slow_call_threshold()));
         SlowThresholds {
-            by_route: routes
-                .map(|r| AtomicU64::new(Self::encode(r.slow_call_threshold())))
-                .collect(),
+            by_route: Arc::new(PerRoute::new(slot(default), routes.map(slot))),
         }
     }
 
@@ -372,19 +483,24 @@ impl SlowThresholds {
     }
 
     fn set(&self, id: RouteId, threshold: Option<Duration>) {
-        if let Some(slot) = self.by_route.get(id.index()) {
+        if let Some(slot) = self.by_route.get(id) {
             slot.store(Self::encode(threshold), Ordering::Relaxed);
         }
+    }
+
+    /// Gives route `id`, the next one of its table (`count` routes with it), its
+    /// threshold.
+    fn add(&self, id: RouteId, count: usize, threshold: Option<Duration>) {
+        let encoded = Self::encode(threshold);
+        self.by_route
+            .get_or_grow(id, count, |_| AtomicU64::new(encoded));
+        self.set(id, threshold);
     }
 
     /// The slow-call threshold of route `id` (the default route's for an unknown id).
     #[inline]
     pub fn get(&self, id: RouteId) -> Option<Duration> {
-        let slot = self
-            .by_route
-            .get(id.index())
-            .or_else(|| self.by_route.first())?;
-        match slot.load(Ordering::Relaxed) {
+        match self.by_route.get_or_default(id).load(Ordering::Relaxed) {
             NO_THRESHOLD => None,
             v => Some(Duration::new(
                 v >> NANOS_BITS,
@@ -507,94 +623,14 @@ impl Default for RouteTable<StandardClassifier> {
 /// The name of the default route.
 pub const DEFAULT_ROUTE: &str = "default";
 
-impl<C: Classifier> RouteTable<C> {
-    /// A table with only a default route. Zero durations in `route` are treated as absent
-    /// (use [`builder`](RouteTable::builder) to have them reported as errors).
-    pub fn single(route: Route<C>) -> Self {
-        Self::single_table(route, false)
-    }
-
-    fn single_table(mut route: Route<C>, shared_default: bool) -> Self {
-        route.slow_call_duration = nonzero(route.slow_call_duration);
-        route.timeout = nonzero(route.timeout);
-        RouteTable {
-            table: Arc::new(Table {
-                id: next_table_id(),
-                shared_default,
-                names: vec![Arc::from(DEFAULT_ROUTE)],
-                slow: SlowThresholds::new(std::iter::once(&route)),
-                routes: vec![Slot::new(route)],
-                router: None,
-            }),
-        }
-    }
-
-    /// A builder whose default route is `default`.
-    pub fn builder(default: Route<C>) -> RouteTableBuilder<C> {
-        RouteTableBuilder {
-            default,
-            routes: Vec::new(),
-        }
-    }
-
-    /// The route a request belongs to.
-    #[inline]
-    pub fn resolve<B>(&self, request: &Request<B>) -> RouteId {
-        let Some(matcher) = &self.table.router else {
-            return RouteId::DEFAULT;
-        };
-        #[cfg(feature = "axum")]
-        if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
-            return matcher.resolve(request.method(), matched.as_str());
-        }
-        matcher.resolve(request.method(), request.uri().path())
-    }
-
-    /// The route for a method and path.
-    pub fn resolve_path(&self, method: &Method, path: &str) -> RouteId {
-        match &self.table.router {
-            None => RouteId::DEFAULT,
-            Some(matcher) => matcher.resolve(method, path),
-        }
-    }
-
-    /// The route a request belongs to, as the call's `scope` has it: resolved by an outer
-    /// layer or an earlier stage of the call, or resolved now and kept in `scope` for the
-    /// stages after this one (see [`context`](crate::context)).
-    #[inline]
-    pub fn resolve_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> RouteId {
-        if self.table.router.is_none() {
-            return RouteId::DEFAULT;
-        }
-        self.scoped_route(request, scope)
-    }
-
-    /// [`meta`](RouteTable::meta), as the call's `scope` has it (see
-    /// [`resolve_in`](RouteTable::resolve_in)).
-    #[inline]
-    pub fn meta_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> CallMeta {
-        let (route, idempotent) = self.scoped_meta(request, scope, |route| {
-            self.route(route)
-                .idempotent_override()
-                .unwrap_or_else(|| is_idempotent(request.method(), request.headers()))
-        });
-        CallMeta {
-            route,
-            method: request.method().clone(),
-            idempotent,
-        }
-    }
-
+impl<C> RouteTable<C> {
     /// The settings of a route (the default route for an id of another table), as they
     /// are now: those the table was built with, or those that
-    /// [`replace_route`](RouteTable::replace_route) put in their place.
+    /// [`replace_route`](RouteTable::replace_route) put in their place. A route an
+    /// [edit](RouteTable::edit) removed is still read here, by the calls already on it.
     #[inline]
     pub fn route(&self, id: RouteId) -> RouteRef<'_, C> {
-        self.table
-            .routes
-            .get(id.index())
-            .unwrap_or(&self.table.routes[0])
-            .read()
+        self.table.slot(id).unwrap_or(&self.table.routes[0]).read()
     }
 
     /// Puts `route`'s settings in place of those of route `id`, for every layer that reads
@@ -617,36 +653,34 @@ impl<C: Classifier> RouteTable<C> {
     /// threshold, timeout, `retry` and `idempotent` in place. A replaced route is read
     /// through an `arc-swap` load instead of one atomic load.
     pub fn replace_route(&self, id: RouteId, mut route: Route<C>) -> bool {
-        let Some(slot) = self.table.routes.get(id.index()) else {
-            return false;
-        };
-        if self.table.shared_default {
+        if self.table.shared_default || self.table.slot(id).is_none() {
             return false;
         }
         route.slow_call_duration = nonzero(route.slow_call_duration);
         route.timeout = nonzero(route.timeout);
-        self.table.slow.set(id, route.slow_call_threshold());
-        slot.replace(route);
-        true
+        let mut edit = self.edit();
+        edit.replace(id, route);
+        edit.commit().is_ok()
     }
 
     /// The name of a route, as written in the table (`"default"` for the default route).
     #[inline]
     pub fn name(&self, id: RouteId) -> &str {
-        self.table
-            .names
-            .get(id.index())
-            .unwrap_or(&self.table.names[0])
+        self.table.name(id).unwrap_or(&self.table.names[0])
+    }
+
+    /// The id of the route named `name` (as [`name`](RouteTable::name) gives it): a route
+    /// the table holds, or one an [edit](RouteTable::edit) removed, which an edit adding a
+    /// route of that name gives back.
+    pub fn id_of(&self, name: &str) -> Option<RouteId> {
+        (0..self.route_count())
+            .map(route_id)
+            .find(|id| self.table.name(*id).is_some_and(|n| **n == *name))
     }
 
     /// The name of a route, shared (for errors that outlive the call).
     pub fn shared_name(&self, id: RouteId) -> Arc<str> {
-        Arc::clone(
-            self.table
-                .names
-                .get(id.index())
-                .unwrap_or(&self.table.names[0]),
-        )
+        Arc::clone(self.table.name(id).unwrap_or(&self.table.names[0]))
     }
 
     /// The table's address, which names it among the tables alive
@@ -669,21 +703,135 @@ impl<C: Classifier> RouteTable<C> {
         self.table.shared_default
     }
 
-    /// How many routes the table holds, the default one included (at least 1).
+    /// How many route ids the table has given out: the routes it was built with, the
+    /// default one included (so at least 1), and those [added](RouteTable::edit) since,
+    /// removed ones included. Every id below it names a route [`route`](RouteTable::route)
+    /// reads; a layer that keeps a value per route keeps one for each
+    /// ([`per_route`](RouteTable::per_route)).
     #[inline]
     pub fn route_count(&self) -> usize {
-        self.table.routes.len()
+        self.table.count()
+    }
+
+    /// A value for each route id of this table (see [`route_count`](RouteTable::route_count)),
+    /// made by `make`, in a [`PerRoute`] that [`grow`](RouteTable::grow) extends when
+    /// routes are added.
+    pub fn per_route<T>(&self, mut make: impl FnMut(RouteId) -> T) -> PerRoute<T> {
+        let default = make(RouteId::DEFAULT);
+        PerRoute::new(default, (1..self.route_count()).map(route_id).map(make))
+    }
+
+    /// The value `values` keeps for route `id` ([`per_route`](RouteTable::per_route)),
+    /// made by `make` (for it and any route before it without one) when the route was
+    /// added to this table after `values` was made; `None` for an id this table never
+    /// gave out.
+    #[inline]
+    pub fn grow<'a, T>(
+        &self,
+        values: &'a PerRoute<T>,
+        id: RouteId,
+        make: impl FnMut(RouteId) -> T,
+    ) -> Option<&'a T> {
+        values.get_or_grow(id, self.route_count(), make)
+    }
+
+    /// Gives `values` ([`per_route`](RouteTable::per_route)) a value, made by `make`, for
+    /// every route added to this table since it was made.
+    pub fn grow_all<T>(&self, values: &PerRoute<T>, make: impl FnMut(RouteId) -> T) {
+        let count = self.route_count();
+        values.get_or_grow(route_id(count - 1), count, make);
     }
 
     /// Every route: id, name, settings (as [`route`](RouteTable::route) reads them); the
-    /// default first.
+    /// default first, then the routes the table was built with and those
+    /// [added](RouteTable::edit) since, by id. Routes an edit removed are not listed.
     pub fn iter(&self) -> impl Iterator<Item = (RouteId, &str, RouteRef<'_, C>)> {
-        self.table
-            .names
-            .iter()
-            .zip(&self.table.routes)
-            .enumerate()
-            .map(|(i, (n, r))| (RouteId(i as u16), &**n, r.read()))
+        let table = &*self.table;
+        let built = table.names.iter().zip(&table.routes).enumerate();
+        let after = table.routes.len();
+        let added =
+            (table.edited.added.iter()).map(move |(i, (name, slot))| (after + i, (name, slot)));
+        built
+            .chain(added)
+            .filter(|(_, (_, slot))| !slot.is_removed())
+            .map(|(i, (name, slot))| (route_id(i), &**name, slot.read()))
+    }
+}
+
+impl<C: Classifier> RouteTable<C> {
+    /// A table with only a default route. Zero durations in `route` are treated as absent
+    /// (use [`builder`](RouteTable::builder) to have them reported as errors).
+    pub fn single(route: Route<C>) -> Self {
+        Self::single_table(route, false)
+    }
+
+    fn single_table(mut route: Route<C>, shared_default: bool) -> Self {
+        route.slow_call_duration = nonzero(route.slow_call_duration);
+        route.timeout = nonzero(route.timeout);
+        RouteTable {
+            table: Arc::new(Table {
+                id: next_table_id(),
+                shared_default,
+                names: vec![Arc::from(DEFAULT_ROUTE)],
+                slow: SlowThresholds::new(&route, std::iter::empty()),
+                routes: vec![Slot::new(route)],
+                router: None,
+                edited: Edited::new(),
+            }),
+        }
+    }
+
+    /// A builder whose default route is `default`.
+    pub fn builder(default: Route<C>) -> RouteTableBuilder<C> {
+        RouteTableBuilder {
+            default,
+            routes: Vec::new(),
+        }
+    }
+
+    /// The route a request belongs to.
+    #[inline]
+    pub fn resolve<B>(&self, request: &Request<B>) -> RouteId {
+        if self.table.matches_nothing() {
+            return RouteId::DEFAULT;
+        }
+        #[cfg(feature = "axum")]
+        if let Some(matched) = request.extensions().get::<axum::extract::MatchedPath>() {
+            return self.table.resolve(request.method(), matched.as_str());
+        }
+        self.table.resolve(request.method(), request.uri().path())
+    }
+
+    /// The route for a method and path.
+    pub fn resolve_path(&self, method: &Method, path: &str) -> RouteId {
+        self.table.resolve(method, path)
+    }
+
+    /// The route a request belongs to, as the call's `scope` has it: resolved by an outer
+    /// layer or an earlier stage of the call, or resolved now and kept in `scope` for the
+    /// stages after this one (see [`context`](crate::context)).
+    #[inline]
+    pub fn resolve_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> RouteId {
+        if self.table.matches_nothing() {
+            return RouteId::DEFAULT;
+        }
+        self.scoped_route(request, scope)
+    }
+
+    /// [`meta`](RouteTable::meta), as the call's `scope` has it (see
+    /// [`resolve_in`](RouteTable::resolve_in)).
+    #[inline]
+    pub fn meta_in<B>(&self, request: &Request<B>, scope: &mut Scope) -> CallMeta {
+        let (route, idempotent) = self.scoped_meta(request, scope, |route| {
+            self.route(route)
+                .idempotent_override()
+                .unwrap_or_else(|| is_idempotent(request.method(), request.headers()))
+        });
+        CallMeta {
+            route,
+            method: request.method().clone(),
+            idempotent,
+        }
     }
 
     /// Reads what the layers need to know about a request, once, before it is sent.
@@ -778,45 +926,81 @@ impl<C: Classifier> RouteTableBuilder<C> {
 
         let mut names: Vec<Arc<str>> = vec![Arc::from(DEFAULT_ROUTE)];
         let mut routes = vec![self.default];
-        // Paths in insertion order, with their candidates.
-        let mut paths: Vec<(String, Candidates)> = Vec::new();
+        let mut paths = Paths::default();
         for (key, mut route) in self.routes {
             let path_name = format!("routes[{key:?}]");
             route.validate(&path_name, &mut v);
             route.inherit(&routes[0]);
-            let (method, path) = match parse_key(&key) {
-                Ok(parsed) => parsed,
-                Err(rule) => {
-                    v.fail(path_name, rule);
-                    continue;
-                }
-            };
-            let id = RouteId(routes.len() as u16);
-            let slot = match paths.iter_mut().find(|(p, _)| *p == path) {
-                Some((_, c)) => c,
-                None => {
-                    paths.push((path.clone(), Candidates::default()));
-                    &mut paths.last_mut().expect("just pushed").1
-                }
-            };
-            let duplicate = match &method {
-                None => slot.any_method.replace(id).is_some(),
-                Some(m) => {
-                    let dup = slot.by_method.iter().any(|(x, _)| x == m);
-                    slot.by_method.push((m.clone(), id));
-                    dup
-                }
-            };
-            if duplicate {
-                v.fail(path_name, "route is listed twice");
+            if let Err(rule) = paths.add(route_id(routes.len()), &key) {
+                v.fail(path_name, rule);
                 continue;
             }
             names.push(Arc::from(key.as_str()));
             routes.push(route);
         }
 
+        let table = Table {
+            id: next_table_id(),
+            shared_default: false,
+            names,
+            router: paths.build(&mut v),
+            slow: SlowThresholds::new(&routes[0], routes[1..].iter()),
+            routes: routes.into_iter().map(Slot::new).collect(),
+            edited: Edited::new(),
+        };
+        v.finish(RouteTable {
+            table: Arc::new(table),
+        })
+    }
+}
+
+/// The id of the route at `index` (a table holds fewer than `u16::MAX` routes).
+fn route_id(index: usize) -> RouteId {
+    RouteId(u16::try_from(index).unwrap_or(u16::MAX))
+}
+
+/// A table's route keys by path, with the routes each path's methods go to: what its
+/// [`Matcher`] is built from.
+#[derive(Default)]
+struct Paths {
+    /// Paths in the order their first route was added, with their candidates.
+    paths: Vec<(String, Candidates)>,
+}
+
+impl Paths {
+    /// Adds route `id`, written `key`; the rule the key breaks, if any.
+    fn add(&mut self, id: RouteId, key: &str) -> Result<(), String> {
+        let (method, path) = parse_key(key)?;
+        let slot = match self.paths.iter().position(|(p, _)| *p == path) {
+            Some(i) => &mut self.paths[i].1,
+            None => {
+                self.paths.push((path, Candidates::default()));
+                let last = self.paths.len() - 1;
+                &mut self.paths[last].1
+            }
+        };
+        let duplicate = match method {
+            None => slot.any_method.replace(id).is_some(),
+            Some(m) => {
+                let dup = slot.by_method.iter().any(|(x, _)| *x == m);
+                slot.by_method.push((m, id));
+                dup
+            }
+        };
+        if duplicate {
+            return Err("route is listed twice".into());
+        }
+        Ok(())
+    }
+
+    /// The matcher of these routes (`None` when there are none), the paths it cannot
+    /// match reported to `v`.
+    fn build(self, v: &mut Validator) -> Option<Matcher> {
+        if self.paths.is_empty() {
+            return None;
+        }
         let mut router = matchit::Router::new();
-        for (path, candidates) in paths {
+        for (path, candidates) in self.paths {
             if let Err(e) = router.insert(path.as_str(), candidates) {
                 v.fail(
                     format!("routes[{path:?}]"),
@@ -824,17 +1008,7 @@ impl<C: Classifier> RouteTableBuilder<C> {
                 );
             }
         }
-        let table = Table {
-            id: next_table_id(),
-            shared_default: false,
-            names,
-            router: (routes.len() > 1).then_some(Matcher { router }),
-            slow: SlowThresholds::new(routes.iter()),
-            routes: routes.into_iter().map(Slot::new).collect(),
-        };
-        v.finish(RouteTable {
-            table: Arc::new(table),
-        })
+        Some(Matcher { router })
     }
 }
 
@@ -1231,6 +1405,251 @@ mod tests {
             err.problems()[0].rule().starts_with("cannot be matched"),
             "{err}"
         );
+    }
+
+    fn listed(table: &RouteTable) -> Vec<(usize, String)> {
+        table
+            .iter()
+            .map(|(id, name, _)| (id.index(), name.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn an_edit_adds_removes_and_revives_routes_under_ids_it_never_reuses() {
+        let ms = Duration::from_millis;
+        let table = RouteTable::builder(Route::default())
+            .route("GET /users/{id}", Route::default().timeout(ms(100)))
+            .route("/orders/{id}", Route::default())
+            .build()
+            .unwrap();
+        let layer = table.clone();
+        let users = table.resolve_path(&Method::GET, "/users/1");
+        let orders = table.resolve_path(&Method::PUT, "/orders/1");
+        let thresholds = table.slow_thresholds();
+        let timeouts = table.per_route(|id| table.route(id).timeout_duration());
+        assert_eq!(table.route_count(), 3);
+
+        // Add two, remove one: ids go on from the last one; the removed one keeps its own.
+        let mut edit = table.edit();
+        edit.add("POST /orders", Route::default().slow_call_duration(ms(40)))
+            .add("/health", Route::default().timeout(ms(5)))
+            .remove(users);
+        let added = edit.commit().unwrap();
+        assert_eq!(
+            added.iter().map(|id| id.index()).collect::<Vec<_>>(),
+            [3, 4]
+        );
+        let (post, health) = (added[0], added[1]);
+        for t in [&table, &layer] {
+            assert_eq!(t.resolve_path(&Method::POST, "/orders"), post);
+            assert_eq!(t.resolve(&req(Method::GET, "/health")), health);
+            assert_eq!(
+                t.resolve_path(&Method::GET, "/users/1"),
+                RouteId::DEFAULT,
+                "a removed route matches nothing"
+            );
+            assert_eq!(t.resolve_path(&Method::PUT, "/orders/1"), orders);
+            let mut scope = Scope::new();
+            assert_eq!(
+                t.resolve_in(&req(Method::POST, "/orders"), &mut scope),
+                post
+            );
+        }
+        assert_eq!(table.name(post), "POST /orders");
+        assert_eq!(&*table.shared_name(health), "/health");
+        assert_eq!(table.route(health).timeout_duration(), Some(ms(5)));
+        assert_eq!(thresholds.get(post), Some(ms(40)), "the breakers' copy too");
+        // The removed route is read by id (calls already on it), and no longer listed.
+        assert_eq!(table.name(users), "GET /users/{id}");
+        assert_eq!(table.route(users).timeout_duration(), Some(ms(100)));
+        assert_eq!(table.route_count(), 5);
+        assert_eq!(
+            listed(&table),
+            [
+                (0, "default".to_owned()),
+                (2, "/orders/{id}".to_owned()),
+                (3, "POST /orders".to_owned()),
+                (4, "/health".to_owned())
+            ]
+        );
+        // A layer's per-route values grow to the new routes, made once.
+        assert_eq!(timeouts.get(health), None);
+        assert_eq!(
+            table.grow(&timeouts, health, |id| table.route(id).timeout_duration()),
+            Some(&Some(ms(5)))
+        );
+        assert_eq!(timeouts.len(), 5);
+        assert_eq!(
+            table.grow(&timeouts, route_id(5), |_| None),
+            None,
+            "never given out"
+        );
+
+        // Added back under its name: its old id, its new settings.
+        let mut edit = table.edit();
+        edit.add("GET /users/{id}", Route::default().retry(false))
+            .remove(health);
+        assert_eq!(edit.commit().unwrap(), [users]);
+        assert_eq!(layer.resolve_path(&Method::GET, "/users/9"), users);
+        assert!(!layer.route(users).retry_enabled());
+        assert_eq!(layer.route(users).timeout_duration(), None);
+        assert_eq!(
+            layer.resolve_path(&Method::GET, "/health"),
+            RouteId::DEFAULT
+        );
+        assert_eq!(table.route_count(), 5, "no id was given out");
+        assert_eq!(
+            listed(&layer),
+            [
+                (0, "default".to_owned()),
+                (1, "GET /users/{id}".to_owned()),
+                (2, "/orders/{id}".to_owned()),
+                (3, "POST /orders".to_owned())
+            ]
+        );
+        // A replaced added route reads its new settings everywhere.
+        assert!(table.replace_route(post, Route::default().slow_call_duration(ms(80))));
+        assert_eq!(thresholds.get(post), Some(ms(80)));
+        assert_eq!(layer.route(post).slow_call_threshold(), Some(ms(80)));
+
+        // Every named route removed: requests go to the default route again.
+        let mut edit = table.edit();
+        edit.remove(users).remove(orders).remove(post);
+        assert_eq!(edit.commit().unwrap(), []);
+        for (m, p) in [(Method::GET, "/users/1"), (Method::POST, "/orders")] {
+            assert_eq!(layer.resolve(&req(m, p)), RouteId::DEFAULT);
+        }
+        assert_eq!(listed(&layer), [(0, "default".to_owned())]);
+    }
+
+    #[test]
+    fn a_table_built_with_one_route_gains_a_matcher() {
+        let table = RouteTable::single(Route::default());
+        assert_eq!(table.resolve_path(&Method::GET, "/a"), RouteId::DEFAULT);
+        let mut edit = table.edit();
+        edit.add("GET /a", Route::default());
+        let a = edit.commit().unwrap()[0];
+        assert_eq!(a.index(), 1);
+        assert_eq!(table.resolve(&req(Method::GET, "/a")), a);
+        let mut scope = Scope::new();
+        assert_eq!(table.resolve_in(&req(Method::GET, "/a"), &mut scope), a);
+        assert_eq!(table.meta(&req(Method::GET, "/a")).route(), a);
+        assert_eq!(table.resolve_path(&Method::POST, "/a"), RouteId::DEFAULT);
+    }
+
+    #[test]
+    fn an_edit_with_any_problem_changes_nothing_and_reports_every_one() {
+        let table = RouteTable::builder(Route::default())
+            .route("GET /a/{x}", Route::default())
+            .route("/b", Route::default())
+            .build()
+            .unwrap();
+        let a = table.resolve_path(&Method::GET, "/a/1");
+        let before = listed(&table);
+        let mut edit = table.edit();
+        edit.add("GET /a/{x}", Route::default())
+            .add("nope", Route::default())
+            .add("/c/{y}", Route::default())
+            .add("/c/{z}", Route::default())
+            .add("/d", Route::default().timeout(Duration::ZERO))
+            .add("/e", Route::default())
+            .replace(route_id(9), Route::default())
+            .replace(a, Route::default().retry(false))
+            .remove(RouteId::DEFAULT)
+            .remove(route_id(12));
+        let err = edit.commit().unwrap_err();
+        let paths: Vec<_> = err.problems().iter().map(|p| p.path().to_owned()).collect();
+        assert_eq!(
+            paths,
+            [
+                "routes[9]",
+                "routes[\"default\"]",
+                "routes[12]",
+                "routes[\"GET /a/{x}\"]",
+                "routes[\"/d\"].timeout",
+                "routes[\"nope\"]",
+                "routes[\"/c/{z}\"]",
+            ],
+            "{err}"
+        );
+        assert!(err.problems()[3].rule().contains("twice"), "{err}");
+        assert!(
+            err.problems()[6].rule().starts_with("cannot be matched"),
+            "{err}"
+        );
+        // Nothing was applied: not the valid additions, nor the replacement.
+        assert_eq!(listed(&table), before);
+        assert_eq!(table.route_count(), 3);
+        assert!(table.route(a).retry_enabled());
+        assert_eq!(table.resolve_path(&Method::GET, "/e"), RouteId::DEFAULT);
+
+        // Nor is the table every layer without one of its own shares ever edited.
+        let shared = RouteTable::default();
+        let mut edit = shared.edit();
+        edit.add("/x", Route::default());
+        assert_eq!(edit.commit().unwrap_err().problems()[0].path(), "routes");
+        assert_eq!(RouteTable::default().route_count(), 1);
+        // An edit dropped without a commit applies nothing.
+        let mut edit = table.edit();
+        edit.add("/f", Route::default());
+        drop(edit);
+        assert_eq!(table.resolve_path(&Method::GET, "/f"), RouteId::DEFAULT);
+    }
+
+    #[test]
+    fn readers_during_edits_see_a_route_of_the_request_or_the_default() {
+        // Calls resolve and read routes on other threads while edits add, remove and add
+        // back routes: every id read is the default route's or one whose key matches the
+        // request, and its settings are those of a route of that name.
+        let table = RouteTable::builder(Route::default())
+            .route("GET /keep", Route::default())
+            .build()
+            .unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (table, stop) = (table.clone(), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut seen = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        for n in 0..8 {
+                            let path = format!("/r{n}");
+                            let id = table.resolve(&req(Method::GET, &path));
+                            if id != RouteId::DEFAULT {
+                                assert_eq!(table.name(id), format!("GET {path}"));
+                                assert_eq!(
+                                    table.route(id).timeout_duration(),
+                                    Some(Duration::from_millis(n + 1))
+                                );
+                                seen += 1;
+                            }
+                        }
+                        let keep = table.resolve_path(&Method::GET, "/keep");
+                        assert_eq!(table.name(keep), "GET /keep");
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for round in 0..200u64 {
+            let mut edit = table.edit();
+            for n in 0..8u64 {
+                let id = table.resolve_path(&Method::GET, &format!("/r{n}"));
+                if (round + n) % 3 == 0 && id != RouteId::DEFAULT {
+                    edit.remove(id);
+                } else if id == RouteId::DEFAULT {
+                    edit.add(
+                        format!("GET /r{n}"),
+                        Route::default().timeout(Duration::from_millis(n + 1)),
+                    );
+                }
+            }
+            edit.commit().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        let seen: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(seen > 0, "the readers saw added routes");
+        assert_eq!(table.route_count(), 10, "each name took one id, once");
     }
 
     #[test]

@@ -189,13 +189,21 @@ fn check_diff_shows_what_a_reload_would_change_and_what_needs_a_rebuild() {
     let dir = scratch("check-diff");
     let running = std::fs::read_to_string(EXAMPLE).expect("the example file");
 
-    // Thresholds and a timeout: all in place.
+    // Thresholds, a timeout, a route added and another removed: all in place.
     let tuned = running
         .replace(
             "failure_rate_threshold = 25 ",
             "failure_rate_threshold = 30 ",
         )
-        .replace("default_timeout = \"2s\"", "default_timeout = \"3s\"");
+        .replace("default_timeout = \"2s\"", "default_timeout = \"3s\"")
+        .replace(
+            "[policies.inventory.routes.\"GET /stock/{sku}\"]",
+            "[policies.inventory.routes.\"GET /price/{sku}\"]\ntimeout = \"200ms\"\n\n[policies.inventory.routes.\"GET /stock/{sku}\"]",
+        )
+        .replace(
+            "[policies.ledger.routes.\"/ledger.Ledger/{*method}\"]\nretry = false",
+            "",
+        );
     assert_ne!(tuned, running, "the edits apply to the example");
     let new = write(&dir, "tuned.toml", &tuned);
     let run = fusebox(&dir, &["check", "--diff", EXAMPLE, &new]);
@@ -216,6 +224,26 @@ fn check_diff_shows_what_a_reload_would_change_and_what_needs_a_rebuild() {
     );
     assert_line(&fraud, &["timeout.default_timeout: 2s → 3s", "(in place)"]);
     assert_line(&fraud, &["would keep: breaker state closed"]);
+    let section = |policy: &str| -> Vec<&str> {
+        out.lines()
+            .skip_while(|l| !l.starts_with(&format!("policy \"{policy}\"")))
+            .take_while(|l| !l.is_empty())
+            .collect()
+    };
+    assert_line(
+        &section("inventory"),
+        &[
+            "routes[\"GET /price/{sku}\"].(route): absent → present",
+            "(in place)",
+        ],
+    );
+    assert_line(
+        &section("ledger"),
+        &[
+            "routes[\"/ledger.Ledger/{*method}\"].(route): present → absent",
+            "(in place)",
+        ],
+    );
 
     // Another window size: reported as needing a rebuild, with why, and exit 1.
     let wider = running.replace("count_window = 100", "count_window = 200");

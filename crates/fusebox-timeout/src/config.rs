@@ -84,6 +84,11 @@ impl TimeoutConfig {
         TimeoutConfigBuilder::default()
     }
 
+    /// The name, shared.
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// The name: the `dependency` label of the timeout's metrics.
     pub fn name(&self) -> &str {
         &self.name

@@ -30,7 +30,7 @@ impl TimeoutLayer {
     pub fn new(config: TimeoutConfig) -> Self {
         let routes = RouteTable::default();
         TimeoutLayer {
-            names: RouteNames::new(&routes, config.name()),
+            names: RouteNames::new(&routes, config.shared_name()),
             timeouts: Timeouts::new(&routes, &config),
             routes,
             config,
@@ -66,7 +66,7 @@ impl<C: Classifier> TimeoutLayerBuilder<C> {
     /// when they were built); the `Result` is the shape every fusebox layer's builder has.
     pub fn build(self) -> Result<TimeoutLayer<C>, ConfigError> {
         Ok(TimeoutLayer {
-            names: RouteNames::new(&self.routes, self.config.name()),
+            names: RouteNames::new(&self.routes, self.config.shared_name()),
             timeouts: Timeouts::new(&self.routes, &self.config),
             routes: self.routes,
             config: self.config,
@@ -136,7 +136,7 @@ impl BodyTimeoutLayer {
     pub fn new(config: &TimeoutConfig) -> Self {
         let routes = RouteTable::default();
         BodyTimeoutLayer {
-            names: RouteNames::new(&routes, config.name()),
+            names: RouteNames::new(&routes, config.shared_name()),
             routes,
             timeout: config.body_timeout(),
         }

@@ -9,6 +9,7 @@ use crate::telemetry::{self, RouteSeries};
 use fusebox_classify::context::Scope;
 use fusebox_classify::deadline::GRPC_TIMEOUT;
 use fusebox_classify::error::DeadlineExceeded;
+use fusebox_classify::route::PerRoute;
 use fusebox_classify::shard::{Lease, Leases};
 use fusebox_classify::stage::{Admit, Answer, NoEnd, NoWait, Opaque, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, Deadline, RouteId, RouteTable, SharedVerdict};
@@ -24,36 +25,53 @@ use tower_service::Service;
 /// name (for the [`Elapsed`](crate::error::Elapsed) error and the metrics of a timeout),
 /// and one shared `Arc` would make every thread calling the dependency write to one cache
 /// line twice per call ([`fusebox_classify::shard`]). One set of leases covers the whole
-/// table, and a layer makes it once: the services it builds share it.
+/// table, and a layer makes it once: the services it builds share it. A route added to the
+/// table while it runs ([`RouteTable::edit`]) gets its name and metric handles the first
+/// time a call is on it.
 #[derive(Clone)]
-pub(crate) struct RouteNames(Arc<Leases<[RouteSeries]>>);
+pub(crate) struct RouteNames {
+    names: Arc<Leases<PerRoute<RouteSeries>>>,
+    /// The dependency the series are labelled with, for routes added later.
+    dependency: Arc<str>,
+}
 
 impl RouteNames {
     /// The names of `routes`, with their metric handles labelled `dependency`.
-    pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>, dependency: &str) -> Self {
-        let mut names: Vec<RouteSeries> = routes
-            .iter()
-            .map(|(id, _, _)| RouteSeries::new(dependency, routes.shared_name(id)))
-            .collect();
-        if names.is_empty() {
-            // A table always has its default route; an empty name all the same.
-            names.push(RouteSeries::new(dependency, Arc::from("")));
+    pub(crate) fn new<C: Classifier>(routes: &RouteTable<C>, dependency: &Arc<str>) -> Self {
+        let names = routes.per_route(|id| RouteSeries::new(dependency, routes.shared_name(id)));
+        RouteNames {
+            names: Arc::new(Leases::new(Arc::new(names))),
+            dependency: Arc::clone(dependency),
         }
-        RouteNames(Arc::new(Leases::new(Arc::from(names))))
     }
 
-    /// The name of route `id` (the default route's for an id of another table), leased
-    /// for this thread.
+    /// The name of route `id` of `routes` (the default route's for an id of another
+    /// table), leased for this thread.
     #[inline]
-    pub(crate) fn lease(&self, id: RouteId) -> RouteName {
-        let index = if id.index() < self.0.shared().len() {
-            id.index()
+    pub(crate) fn lease<C: Classifier>(&self, id: RouteId, routes: &RouteTable<C>) -> RouteName {
+        let route = if self.names.shared().get(id).is_some() {
+            id
         } else {
-            0
+            self.grow(id, routes)
         };
         RouteName {
-            names: self.0.lease(),
-            index,
+            names: self.names.lease(),
+            route,
+        }
+    }
+
+    /// Names route `id`, added to `routes` since the names were made; the default route
+    /// for an id `routes` never gave out.
+    #[cold]
+    #[inline(never)]
+    fn grow<C: Classifier>(&self, id: RouteId, routes: &RouteTable<C>) -> RouteId {
+        let named = routes.grow(self.names.shared(), id, |added| {
+            RouteSeries::new(&self.dependency, routes.shared_name(added))
+        });
+        if named.is_some() {
+            id
+        } else {
+            RouteId::DEFAULT
         }
     }
 }
@@ -61,24 +79,23 @@ impl RouteNames {
 impl std::fmt::Debug for RouteNames {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.0.shared().iter().map(|r| &**r.name()))
+            .entries(self.names.shared().iter().map(|r| &**r.name()))
             .finish()
     }
 }
 
-/// One call's route name: this thread's lease on the table's names, and the route's place
-/// among them.
+/// One call's route name: this thread's lease on the table's names, and the route.
 pub(crate) struct RouteName {
-    names: Arc<Lease<[RouteSeries]>>,
-    index: usize,
+    names: Arc<Lease<PerRoute<RouteSeries>>>,
+    route: RouteId,
 }
 
 impl RouteName {
     /// The name.
     #[inline]
     pub(crate) fn get(&self) -> &RouteSeries {
-        // `index` was checked against the table's names when the lease was taken.
-        &self.names[self.index]
+        // `route` was checked against the table's names when the lease was taken.
+        self.names.get_or_default(self.route)
     }
 
     /// The same route, to keep past the call (a body's timer): another count on this
@@ -86,7 +103,7 @@ impl RouteName {
     pub(crate) fn series(&self) -> RouteName {
         RouteName {
             names: Arc::clone(&self.names),
-            index: self.index,
+            route: self.route,
         }
     }
 }
@@ -200,7 +217,7 @@ pub struct Timeout<S, C> {
 impl<S, C: Classifier> Timeout<S, C> {
     /// Wraps `inner`.
     pub fn new(inner: S, routes: RouteTable<C>, config: TimeoutConfig) -> Self {
-        let names = RouteNames::new(&routes, config.name());
+        let names = RouteNames::new(&routes, config.shared_name());
         let timeouts = Timeouts::new(&routes, &config);
         Timeout::with_names(inner, names, routes, config, timeouts)
     }
@@ -359,8 +376,8 @@ impl<C: Classifier> TimeoutStage<C> {
         scope: &mut Scope,
     ) -> Result<Bound, Expired> {
         let id = self.routes.resolve_in(request, scope);
-        let route_timeout = self.timeouts.get(id);
-        let route = self.names.lease(id);
+        let route_timeout = self.timeouts.get_in(id, &self.routes);
+        let route = self.names.lease(id, &self.routes);
 
         // An empty `Extensions` answers without hashing: no deadline costs one branch.
         let Some(deadline) = request.extensions().get::<Deadline>().copied() else {
@@ -408,7 +425,7 @@ impl<S, C: Classifier> BodyTimeout<S, C> {
     /// request carries a deadline). Its metrics are labelled `dependency="default"`; a
     /// [`BodyTimeoutLayer`](crate::BodyTimeoutLayer) labels them with its timeout's name.
     pub fn new(inner: S, routes: RouteTable<C>, timeout: Option<Duration>) -> Self {
-        let names = RouteNames::new(&routes, "default");
+        let names = RouteNames::new(&routes, &Arc::from("default"));
         BodyTimeout::with_names(inner, names, routes, timeout)
     }
 
@@ -462,7 +479,7 @@ where
         let mut scope = Scope::new();
         let route = self
             .names
-            .lease(self.routes.resolve_in(&request, &mut scope));
+            .lease(self.routes.resolve_in(&request, &mut scope), &self.routes);
         let deadline = request
             .extensions()
             .get::<Deadline>()

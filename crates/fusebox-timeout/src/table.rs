@@ -3,6 +3,7 @@
 
 use crate::config::TimeoutConfig;
 use fusebox_classify::clock::duration_nanos;
+use fusebox_classify::route::PerRoute;
 use fusebox_classify::{Classifier, RouteId, RouteTable};
 use std::fmt;
 use std::sync::Arc;
@@ -18,13 +19,20 @@ const UNSET: u64 = u64::MAX;
 /// [`set_route`](Timeouts::set_route) is bounded by the new value; a call already running
 /// keeps the bound it started with.
 ///
-/// Cloning shares the table: a [`TimeoutLayer`](crate::TimeoutLayer) makes one, in one
-/// allocation, and every service it builds reads it.
+/// A route added to the table while it runs ([`RouteTable::edit`]) takes its timeout from
+/// the table the first time a call is on it ([`get_in`](Timeouts::get_in)), or when
+/// [`grow`](Timeouts::grow) is asked to.
+///
+/// Cloning shares the table: a [`TimeoutLayer`](crate::TimeoutLayer) makes one, and every
+/// service it builds reads it.
 #[derive(Clone)]
-pub struct Timeouts {
-    /// The default first, then by [`RouteId::index`]: the route's own timeout in
-    /// nanoseconds, or [`UNSET`].
-    slots: Arc<[AtomicU64]>,
+pub struct Timeouts(Arc<Slots>);
+
+struct Slots {
+    /// By route id: the route's own timeout in nanoseconds, or [`UNSET`].
+    routes: PerRoute<AtomicU64>,
+    /// The timeout of routes that set none, in nanoseconds.
+    default: AtomicU64,
 }
 
 impl Timeouts {
@@ -32,37 +40,50 @@ impl Timeouts {
     /// [`timeout_duration`](fusebox_classify::Route::timeout_duration)), with `config`'s
     /// default for routes that set none.
     pub fn new<C: Classifier>(routes: &RouteTable<C>, config: &TimeoutConfig) -> Self {
-        let default = duration_nanos(config.default_timeout());
-        Timeouts {
-            slots: std::iter::once(AtomicU64::new(default))
-                .chain(
-                    routes
-                        .iter()
-                        .map(|(_, _, r)| AtomicU64::new(r.timeout_duration().map_or(UNSET, nanos))),
-                )
-                .collect(),
-        }
-    }
-
-    fn routes(&self) -> &[AtomicU64] {
-        self.slots.get(1..).unwrap_or_default()
-    }
-
-    fn default_slot(&self) -> Option<&AtomicU64> {
-        self.slots.first()
+        Timeouts(Arc::new(Slots {
+            routes: routes.per_route(|id| own(routes, id)),
+            default: AtomicU64::new(duration_nanos(config.default_timeout())),
+        }))
     }
 
     /// The timeout of a call on `route` (an unknown route: the default route's, as the
     /// route table falls back).
     #[inline]
     pub fn get(&self, route: RouteId) -> Duration {
-        let routes = self.routes();
-        let own = routes
-            .get(route.index())
-            .or_else(|| routes.first())
-            .map_or(UNSET, |t| t.load(Ordering::Relaxed));
+        self.bound(self.0.routes.get_or_default(route))
+    }
+
+    /// The timeout of a call on route `route` of `routes`, the table these timeouts were
+    /// made from: a route added to the table since gets its timeout from it now.
+    #[inline]
+    pub fn get_in<C: Classifier>(&self, route: RouteId, routes: &RouteTable<C>) -> Duration {
+        let own = match self.0.routes.get(route) {
+            Some(own) => own,
+            None => self.added(route, routes),
+        };
+        self.bound(own)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn added<C: Classifier>(&self, route: RouteId, routes: &RouteTable<C>) -> &AtomicU64 {
+        let slots = &self.0.routes;
+        routes
+            .grow(slots, route, |id| own(routes, id))
+            .unwrap_or_else(|| slots.get_or_default(RouteId::DEFAULT))
+    }
+
+    /// Gives every route added to `routes` (the table these timeouts were made from) since
+    /// they were made its timeout, as the table holds it now.
+    pub fn grow<C: Classifier>(&self, routes: &RouteTable<C>) {
+        routes.grow_all(&self.0.routes, |id| own(routes, id));
+    }
+
+    #[inline]
+    fn bound(&self, own: &AtomicU64) -> Duration {
+        let own = own.load(Ordering::Relaxed);
         let nanos = if own == UNSET {
-            self.default_slot().map_or(0, |d| d.load(Ordering::Relaxed))
+            self.0.default.load(Ordering::Relaxed)
         } else {
             own
         };
@@ -71,36 +92,37 @@ impl Timeouts {
 
     /// The timeout of routes that set none.
     pub fn default_timeout(&self) -> Duration {
-        Duration::from_nanos(self.default_slot().map_or(0, |d| d.load(Ordering::Relaxed)))
+        Duration::from_nanos(self.0.default.load(Ordering::Relaxed))
     }
 
     /// The timeout route number `index` sets itself, if any.
     pub fn route(&self, index: usize) -> Option<Duration> {
-        let t = self.routes().get(index)?.load(Ordering::Relaxed);
+        let t = self.0.routes.at(index)?.load(Ordering::Relaxed);
         (t != UNSET).then(|| Duration::from_nanos(t))
     }
 
     /// How many routes there are.
     pub fn len(&self) -> usize {
-        self.routes().len()
+        self.0.routes.len()
     }
 
-    /// Whether there are no routes (never, for a table built from a route table).
+    /// Whether there are no routes (never: a route table always has its default route).
     pub fn is_empty(&self) -> bool {
-        self.routes().is_empty()
+        self.0.routes.is_empty()
     }
 
     /// Sets the timeout of routes that set none, from the next call on.
     pub fn set_default(&self, timeout: Duration) {
-        if let Some(d) = self.default_slot() {
-            d.store(duration_nanos(timeout), Ordering::Relaxed);
-        }
+        self.0
+            .default
+            .store(duration_nanos(timeout), Ordering::Relaxed);
     }
 
     /// Sets route number `index`'s own timeout (`None`: it takes the default), from the
-    /// next call on; returns whether the route exists.
+    /// next call on; returns whether the route exists (a route added to the table has its
+    /// timeout here once [`grow`](Timeouts::grow) or a call on it gave it one).
     pub fn set_route(&self, index: usize, timeout: Option<Duration>) -> bool {
-        match self.routes().get(index) {
+        match self.0.routes.at(index) {
             Some(t) => {
                 t.store(timeout.map_or(UNSET, nanos), Ordering::Relaxed);
                 true
@@ -108,6 +130,11 @@ impl Timeouts {
             None => false,
         }
     }
+}
+
+/// Route `id`'s own timeout in `routes`, as stored.
+fn own<C: Classifier>(routes: &RouteTable<C>, id: RouteId) -> AtomicU64 {
+    AtomicU64::new(routes.route(id).timeout_duration().map_or(UNSET, nanos))
 }
 
 /// Nanoseconds of a route's own timeout, never [`UNSET`] (a timeout of centuries is

@@ -18,8 +18,8 @@
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
 //! | a route's classifier rules, slow-call threshold, `retry` and `idempotent` (of the default route too, with what the named routes inherit from it) | yes, for the routes both tables hold | every stage reads one route table, shared: each route the new table holds under the same name takes the new route's settings in one swap ([`RouteTable::replace_route`]); the route keeps its id, so calls already resolved to it stay on it. A policy built without a table of its own reads the process-wide default one ([`RouteTable::default`]), which is never replaced: reported as needing a rebuild |
-//! | routes added or removed (a route's matcher is its name: a changed matcher is one route removed and another added) | no | the stages keep the route ids they resolved (a call's, a keyed breaker's keys by route, the fallback's routes, each route's series): reported as needing a rebuild |
-//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, the keys' spread (`breaker.spread`), store, fallback routes, recovery ramp | no | reported as needing a rebuild |
+//! | routes added or removed (a route's matcher is its name: a changed matcher is one route removed and another added) | yes, unless an added route's timeout needs the timeout layer the running policy does not have | one edit of the shared table ([`RouteTable::edit`]): an added route takes the next route id and matches its requests from the next call on; a removed one matches nothing from then on and keeps its id, so calls already on it finish as they started; a route added back under a name the table held takes its id back. Ids never go to another route, so what the stages keep per route id (a call's resolution, a keyed breaker's keys by route, each route's series and timeout) stays right; each stage gives an added route its per-route values when a call first comes on it |
+//! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, the keys' spread (`breaker.spread`), store, the routes a fallback names (a fallback on all routes serves the routes a reload adds), recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
 //! they started with, except for their route's settings, which a call reads where it
@@ -214,6 +214,7 @@ impl<C: Classifier + fmt::Debug> Policy<C> {
             &mut d,
             &old.routes,
             &new_shared.routes,
+            running.timeouts,
             timeouts_follow,
             apply,
         );
@@ -608,7 +609,9 @@ fn timeout<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         &to.deadline_header(),
         FIXED,
     );
-    // Each route's own timeout, for the routes both tables hold.
+    // Each route's own timeout, for the routes both tables hold (a route a reload added
+    // gets its timeout from the table when a call first comes on it: ask for it now).
+    table.grow(&old.routes);
     for (_, name, route) in new.routes.iter() {
         let Some((old_id, _, _)) = old.routes.iter().find(|(_, n, _)| *n == name) else {
             continue;
@@ -714,43 +717,66 @@ fn routes<C: Classifier + fmt::Debug>(
     d: &mut Diff,
     old: &RouteTable<C>,
     new: &RouteTable<C>,
+    timeouts: Option<&Timeouts>,
     timeouts_follow: bool,
     apply: bool,
 ) {
-    const ROUTES: &str = "the routes a table holds and the requests each matches are fixed when the policy is built: every stage keeps the route ids it resolved";
-    for (_, name, _) in old.iter() {
+    // Built without a route table of its own, the policy reads the one every such layer
+    // of the process shares, and a change to it would reach them all.
+    const SHARED: &str = "the policy was built without a route table of its own, and reads the one every such layer of the process shares: build it with one (`routes`) to reload its routes";
+    const NEEDS_TIMEOUT_LAYER: &str = "the route's timeout changes with the timeout layer added or removed, which needs a rebuild: the route is kept as it was";
+    let shared = old.is_shared_default();
+    let mut edit = Vec::new();
+    let mut removed = Vec::new();
+    let before = d.changes.len();
+    for (id, name, _) in old.iter() {
         if !new.iter().any(|(_, n, _)| n == name) {
+            // Its id stays, for the calls on it and what the layers keep per route; it
+            // matches no request from the next call on.
+            let effect = if shared {
+                Effect::NeedsRebuild(SHARED)
+            } else {
+                Effect::InPlace
+            };
+            if effect == Effect::InPlace {
+                removed.push(id);
+            }
             d.push(
                 route_path(name, "(route)"),
                 "present".into(),
                 "absent".into(),
-                Effect::NeedsRebuild(ROUTES),
+                effect,
             );
         }
     }
+    let mut added = Vec::new();
     for (_, name, route) in new.iter() {
         let Some((id, _, was)) = old.iter().find(|(_, n, _)| *n == name) else {
+            let effect = if shared {
+                Effect::NeedsRebuild(SHARED)
+            } else if !timeouts_follow && route.timeout_duration().is_some() {
+                // Its timeout would need the timeout layer added.
+                Effect::NeedsRebuild(NEEDS_TIMEOUT_LAYER)
+            } else {
+                Effect::InPlace
+            };
+            if effect == Effect::InPlace {
+                added.push((name.to_owned(), route.clone()));
+            }
             d.push(
                 route_path(name, "(route)"),
                 "absent".into(),
                 "present".into(),
-                Effect::NeedsRebuild(ROUTES),
+                effect,
             );
             continue;
         };
         // A route is replaced whole or not at all, so that what the table shows of it is
         // what every stage runs with.
-        let effect = if old.is_shared_default() {
-            // Built without a route table of its own: the policy reads the one every such
-            // layer shares, and a change to it would reach them all.
-            Effect::NeedsRebuild(
-                "the policy was built without a route table of its own, and reads the one every such layer of the process shares: build it with one (`routes`) to reload its routes",
-            )
+        let effect = if shared {
+            Effect::NeedsRebuild(SHARED)
         } else if !timeouts_follow && was.timeout_duration() != route.timeout_duration() {
-            // Its timeout would need the timeout layer added or removed.
-            Effect::NeedsRebuild(
-                "the route's timeout changes with the timeout layer added or removed, which needs a rebuild: the route is kept as it was",
-            )
+            Effect::NeedsRebuild(NEEDS_TIMEOUT_LAYER)
         } else {
             Effect::InPlace
         };
@@ -786,8 +812,49 @@ fn routes<C: Classifier + fmt::Debug>(
         // the default route included): one swap, so that no reader sees half of it.
         let changed = format!("{:?}", *was) != format!("{:?}", *route);
         drop(was);
-        if apply && changed && effect == Effect::InPlace {
-            old.replace_route(id, route.clone());
+        if changed && effect == Effect::InPlace {
+            edit.push((id, route.clone()));
+        }
+    }
+    let rerouted = !added.is_empty() || !removed.is_empty();
+    if !apply || (edit.is_empty() && !rerouted) {
+        return;
+    }
+    // A route added back under a name the table held keeps its former id: its timeout
+    // is set before a request can match it again (a route new to the table takes its
+    // own from the table when a call first comes on it).
+    if let Some(timeouts) = timeouts {
+        timeouts.grow(old);
+        for (name, route) in &added {
+            if let Some(id) = old.id_of(name) {
+                timeouts.set_route(id.index(), route.timeout_duration());
+            }
+        }
+    }
+    let mut changes = old.edit();
+    for (id, route) in edit {
+        changes.replace(id, route);
+    }
+    for (name, route) in added {
+        changes.add(name, route);
+    }
+    for id in removed {
+        changes.remove(id);
+    }
+    if let Err(refused) = changes.commit() {
+        // Only the routes' count can refuse here (the new table's routes were checked
+        // when it was built): nothing was applied.
+        tracing::warn!(
+            target: "fusebox::reload",
+            error = %refused,
+            "fusebox: the route table refused the reload's routes"
+        );
+        for c in &mut d.changes[before..] {
+            if c.effect == Effect::InPlace {
+                c.effect = Effect::NeedsRebuild(
+                    "the route table refused the change (it holds at most 65,534 route ids, removed routes included): rebuild the policy",
+                );
+            }
         }
     }
 }

@@ -11,10 +11,10 @@
 //! `dependency` being the policy's name.
 
 use bytes::Bytes;
-use fusebox_classify::ErrorKind;
 #[cfg(doc)]
 use fusebox_classify::error::{CircuitOpen, Elapsed, Overloaded};
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder};
+use fusebox_classify::{ErrorKind, RouteId};
 use http::{Method, Response};
 use metrics::Counter;
 use std::error::Error;
@@ -230,6 +230,16 @@ impl fmt::Debug for Armed {
 }
 
 impl Armed {
+    /// Whether the fallback serves rejections of calls on `route`: a route it names, or
+    /// any route, one added to the table since included, when it applies to all.
+    #[inline]
+    pub(crate) fn applies_on(&self, route: RouteId) -> bool {
+        self.on_route
+            .get(route.index())
+            .copied()
+            .unwrap_or(self.fallback.all_routes)
+    }
+
     pub(crate) fn new(fallback: Fallback, on_route: Box<[bool]>, policy: &str) -> Self {
         crate::metrics::describe_policy();
         let b = SeriesBuilder::new(policy);

@@ -699,7 +699,7 @@ impl<C: Classifier> PolicyBuilder<C> {
         }
         let mut on_route = Vec::new();
         if let (Some(fallback), Some(routes)) = (&fallback, &routes) {
-            on_route = vec![fallback.all_routes; routes.iter().count()];
+            on_route = vec![fallback.all_routes; routes.route_count()];
             if !fallback.all_routes && fallback.routes.is_empty() {
                 v.fail(
                     "fallback.routes",
@@ -760,11 +760,16 @@ impl<C: Classifier> PolicyBuilder<C> {
             idle_timeout: self.idle_timeout,
             spread,
             ramp: self.ramp,
-            fallback: routes
-                .iter()
-                .filter(|(id, _, _)| on_route.get(id.index()).copied().unwrap_or(false))
-                .map(|(_, name, _)| name.to_owned())
-                .collect(),
+            fallback: match &fallback {
+                Some(f) if f.all_routes => FallbackRoutes::All,
+                _ => FallbackRoutes::Named(
+                    routes
+                        .iter()
+                        .filter(|(id, _, _)| on_route.get(id.index()).copied().unwrap_or(false))
+                        .map(|(_, name, _)| name.to_owned())
+                        .collect(),
+                ),
+            },
         };
         let mut dependency = None;
         let breaker = match breaker {
@@ -911,8 +916,26 @@ pub(crate) struct Settings {
     /// The rule of the dependency-wide breaker gated by the keys' spread.
     pub(crate) spread: Option<KeySpread>,
     pub(crate) ramp: Option<RecoveryRamp>,
-    /// The routes (by name) whose rejections go to the fallback.
-    pub(crate) fallback: Vec<String>,
+    /// The routes whose rejections go to the fallback.
+    pub(crate) fallback: FallbackRoutes,
+}
+
+/// The routes whose rejections go to a policy's fallback.
+#[derive(Clone, PartialEq)]
+pub(crate) enum FallbackRoutes {
+    /// Every route, those added by a reload included.
+    All,
+    /// These, by name (none: the policy has no fallback).
+    Named(Vec<String>),
+}
+
+impl fmt::Debug for FallbackRoutes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FallbackRoutes::All => f.write_str("all routes"),
+            FallbackRoutes::Named(names) => names.fmt(f),
+        }
+    }
 }
 
 pub(crate) struct PolicyLayers<C> {
@@ -998,14 +1021,19 @@ impl<C: Classifier> Policy<C> {
         self.inner.shared.settings.ramp.as_ref()
     }
 
-    /// The routes (by name) whose rejections go to the fallback.
+    /// The routes (by name) whose rejections go to the fallback: those it names, or every
+    /// route of the table when it applies to all ([`Fallback::all_routes`]).
     pub fn fallback_routes(&self) -> impl Iterator<Item = &str> {
-        self.inner
-            .shared
-            .settings
-            .fallback
+        let shared = &self.inner.shared;
+        let (all, named) = match &shared.settings.fallback {
+            FallbackRoutes::All => (true, &[][..]),
+            FallbackRoutes::Named(named) => (false, &named[..]),
+        };
+        let every = shared.routes.iter().filter(move |_| all);
+        named
             .iter()
             .map(String::as_str)
+            .chain(every.map(|(_, name, _)| name))
     }
 
     /// The route table every layer reads.

@@ -97,7 +97,7 @@ where
             let fallback = shared
                 .fallback
                 .as_ref()
-                .is_some_and(|armed| armed.on_route.get(route.index()).copied().unwrap_or(false));
+                .is_some_and(|armed| armed.applies_on(route));
             let expose = shared.expose_verdict;
             (fallback || expose).then(|| FallbackCall {
                 shared: Arc::clone(shared),
