@@ -266,3 +266,39 @@ async fn an_added_route_gets_its_own_keyed_breaker_and_the_fallback_on_every_rou
     assert_eq!(state(broken), Some(fusebox::breaker::State::Open));
     assert_eq!(state(items), Some(fusebox::breaker::State::Closed));
 }
+
+/// A table gives out at most 65,534 route ids, removed routes included: a reload that
+/// would need more reports the routes it adds as needing a rebuild, and still applies the
+/// rest of its route changes.
+#[tokio::test(start_paused = true)]
+async fn a_reload_past_the_tables_ids_applies_all_but_the_added_routes() {
+    let running = shop(&[("GET /a", Some(100)), ("GET /b", None)]);
+    // /a out, /b with a timeout, and 65,533 new routes in: the table (3 ids given out) has
+    // room for 65,532 more.
+    let many: Vec<String> = (0..65_533).map(|i| format!("GET /n{i}")).collect();
+    let mut routes: Vec<(&str, Option<u64>)> = vec![("GET /b", Some(40))];
+    routes.extend(many.iter().map(|k| (k.as_str(), None)));
+    let report = running.reload(&shop(&routes));
+    assert!(!report.is_complete());
+    assert!(matches!(
+        effect_at(&report, "routes[\"GET /n1\"].(route)"),
+        Effect::NeedsRebuild(_)
+    ));
+    assert_eq!(
+        effect_at(&report, "routes[\"GET /a\"].(route)"),
+        Effect::InPlace
+    );
+    assert_eq!(
+        effect_at(&report, "routes[\"GET /b\"].timeout"),
+        Effect::InPlace
+    );
+    assert_eq!(names(&running), ["default", "GET /b"]);
+    let svc = running.layer(tower::service_fn(dependency));
+    assert_eq!(call(svc.clone(), "/b").await, "elapsed GET /b 40ms");
+    assert_eq!(
+        call(svc.clone(), "/a").await,
+        "ok",
+        "removed: the default route"
+    );
+    assert_eq!(call(svc, "/n1").await, "ok", "not added: the default route");
+}

@@ -90,7 +90,8 @@ pub use crate::grpc::{Code, GrpcClassifier};
 pub use crate::http::{HttpClassifier, StatusSet};
 pub use crate::outcome::{Classified, Outcome, RetryAfter, RetryHint, Verdict};
 pub use crate::route::{
-    CallMeta, Inherited, Route, RouteId, RouteRef, RouteTable, RouteTableBuilder, SlowThresholds,
+    CallMeta, Inherited, Route, RouteId, RouteRef, RouteTable, RouteTableBuilder, RouteTimeouts,
+    SlowThresholds,
 };
 #[cfg(feature = "tower-http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower-http")))]

@@ -289,6 +289,7 @@ struct Table<C> {
     names: Vec<Arc<str>>,
     routes: Vec<Slot<C>>,
     slow: SlowThresholds,
+    timeouts: RouteTimeouts,
     /// The matcher the table was built with, until an edit adds or removes a route.
     router: Option<Matcher>,
     edited: Edited<C>,
@@ -350,6 +351,19 @@ impl<C> Table<C> {
         self.edited
             .added
             .get(id.index().checked_sub(self.routes.len())?)
+    }
+
+    /// Gives route `id` `route`'s durations in the arrays the layers read.
+    fn set_durations(&self, id: RouteId, route: &Route<C>) {
+        self.slow.0.set(id, route.slow_call_threshold());
+        self.timeouts.0.set(id, route.timeout_duration());
+    }
+
+    /// Gives route `id`, the next one of the table, `route`'s durations.
+    fn add_durations(&self, id: RouteId, route: &Route<C>) {
+        let count = id.index() + 1;
+        self.slow.0.add(id, count, route.slow_call_threshold());
+        self.timeouts.0.add(id, count, route.timeout_duration());
     }
 
     /// How many route ids the table has given out.
@@ -444,37 +458,40 @@ impl<C> Slot<C> {
     }
 }
 
-/// Each route's slow-call threshold as its table holds it now, by route id: shared by the
-/// table and the breakers that read it at every admission ([`RouteTable::slow_thresholds`]),
-/// so that a breaker reads a threshold with one load, and a
-/// [replaced](RouteTable::replace_route) route's threshold reaches every breaker at once.
-/// Routes [added](RouteTable::edit) to the table get theirs before any request can match
-/// them. Cloning is cheap: clones share the thresholds.
+/// One duration per route of a table (its slow-call threshold, its timeout), as the table
+/// holds it now, by route id: shared by the table and the layers that read it on every
+/// call, so that a layer reads it with one load, and a [replaced](RouteTable::replace_route)
+/// route's value reaches every layer at once. Routes [added](RouteTable::edit) to the table
+/// get theirs before any request can match them. Cloning is cheap: clones share the values.
 #[derive(Clone)]
-pub struct SlowThresholds {
-    /// Per route: the threshold's seconds in the upper 34 bits and its nanoseconds in the
-    /// lower 30 ([`NO_THRESHOLD`] for none), so that reading one divides nothing.
+struct Durations {
+    /// Per route: the duration's seconds in the upper 34 bits and its nanoseconds in the
+    /// lower 30 ([`NONE`] for none), so that reading one divides nothing.
     by_route: Arc<PerRoute<AtomicU64>>,
 }
 
-/// A route without a slow-call threshold.
-const NO_THRESHOLD: u64 = u64::MAX;
-/// The bits of a threshold's nanoseconds.
+/// A route without the duration.
+const NONE: u64 = u64::MAX;
+/// The bits of a duration's nanoseconds.
 const NANOS_BITS: u32 = 30;
 
-impl SlowThresholds {
-    /// The thresholds of a table's default route, then of its other routes in order.
-    fn new<'a, C: 'a>(default: &Route<C>, routes: impl Iterator<Item = &'a Route<C>>) -> Self {
-        let slot = |r: &Route<C>| AtomicU64::new(Self::encode(r.slow_call_threshold()));
-        SlowThresholds {
+impl Durations {
+    /// `of` each route: a table's default route, then its other routes in order.
+    fn new<'a, C: 'a>(
+        of: fn(&Route<C>) -> Option<Duration>,
+        default: &Route<C>,
+        routes: impl Iterator<Item = &'a Route<C>>,
+    ) -> Self {
+        let slot = |r: &Route<C>| AtomicU64::new(Self::encode(of(r)));
+        Durations {
             by_route: Arc::new(PerRoute::new(slot(default), routes.map(slot))),
         }
     }
 
-    /// A threshold as stored: at most about 544 years (longer ones are clamped to it).
-    fn encode(threshold: Option<Duration>) -> u64 {
-        match threshold {
-            None => NO_THRESHOLD,
+    /// A duration as stored: at most about 544 years (longer ones are clamped to it).
+    fn encode(duration: Option<Duration>) -> u64 {
+        match duration {
+            None => NONE,
             Some(t) => {
                 let secs = t.as_secs().min((1 << (64 - NANOS_BITS)) - 2);
                 (secs << NANOS_BITS) | u64::from(t.subsec_nanos())
@@ -482,26 +499,25 @@ impl SlowThresholds {
         }
     }
 
-    fn set(&self, id: RouteId, threshold: Option<Duration>) {
+    fn set(&self, id: RouteId, duration: Option<Duration>) {
         if let Some(slot) = self.by_route.get(id) {
-            slot.store(Self::encode(threshold), Ordering::Relaxed);
+            slot.store(Self::encode(duration), Ordering::Relaxed);
         }
     }
 
-    /// Gives route `id`, the next one of its table (`count` routes with it), its
-    /// threshold.
-    fn add(&self, id: RouteId, count: usize, threshold: Option<Duration>) {
-        let encoded = Self::encode(threshold);
+    /// Gives route `id`, the next one of its table (`count` routes with it), its duration.
+    fn add(&self, id: RouteId, count: usize, duration: Option<Duration>) {
+        let encoded = Self::encode(duration);
         self.by_route
             .get_or_grow(id, count, |_| AtomicU64::new(encoded));
-        self.set(id, threshold);
+        self.set(id, duration);
     }
 
-    /// The slow-call threshold of route `id` (the default route's for an unknown id).
+    /// The duration of route `id` (the default route's for an unknown id).
     #[inline]
-    pub fn get(&self, id: RouteId) -> Option<Duration> {
+    fn get(&self, id: RouteId) -> Option<Duration> {
         match self.by_route.get_or_default(id).load(Ordering::Relaxed) {
-            NO_THRESHOLD => None,
+            NONE => None,
             v => Some(Duration::new(
                 v >> NANOS_BITS,
                 (v & ((1 << NANOS_BITS) - 1)) as u32,
@@ -510,11 +526,56 @@ impl SlowThresholds {
     }
 }
 
-impl fmt::Debug for SlowThresholds {
+impl fmt::Debug for Durations {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries((0..self.by_route.len()).map(|i| self.get(RouteId(i as u16))))
+            .entries((0..self.by_route.len()).map(|i| self.get(route_id(i))))
             .finish()
+    }
+}
+
+/// Each route's slow-call threshold as its table holds it now, by route id
+/// ([`RouteTable::slow_thresholds`]): what the breakers read at every admission, with one
+/// load. A [replaced](RouteTable::replace_route) route's threshold reaches every breaker at
+/// once; routes [added](RouteTable::edit) to the table get theirs before any request can
+/// match them. Cloning is cheap: clones share the thresholds.
+#[derive(Clone)]
+pub struct SlowThresholds(Durations);
+
+impl SlowThresholds {
+    /// The slow-call threshold of route `id` (the default route's for an unknown id).
+    #[inline]
+    pub fn get(&self, id: RouteId) -> Option<Duration> {
+        self.0.get(id)
+    }
+}
+
+impl fmt::Debug for SlowThresholds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Each route's own timeout as its table holds it now, by route id
+/// ([`RouteTable::route_timeouts`]): what a timeout layer reads at every call, with one
+/// load (a route without one takes the layer's default timeout). A
+/// [replaced](RouteTable::replace_route) route's timeout reaches every timeout layer
+/// reading the table at once; routes [added](RouteTable::edit) to the table get theirs
+/// before any request can match them. Cloning is cheap: clones share the timeouts.
+#[derive(Clone)]
+pub struct RouteTimeouts(Durations);
+
+impl RouteTimeouts {
+    /// The timeout route `id` sets itself, if any (the default route's for an unknown id).
+    #[inline]
+    pub fn get(&self, id: RouteId) -> Option<Duration> {
+        self.0.get(id)
+    }
+}
+
+impl fmt::Debug for RouteTimeouts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
     }
 }
 
@@ -635,12 +696,11 @@ impl<C> RouteTable<C> {
 
     /// Puts `route`'s settings in place of those of route `id`, for every layer that reads
     /// them from this table (its clones share it), from the next read on; the route keeps
-    /// its id, its name and the requests it matches. Read from the table per call: the
-    /// classifier, the slow-call threshold, `retry` and `idempotent`. A timeout layer keeps
-    /// each route's timeout in its own `Timeouts` (from when it was built), which
-    /// `Timeouts::set_route` changes: fusebox's `Policy::reload` changes both. A reader
-    /// that holds the former settings (a call classifying its answer at that moment)
-    /// finishes with them. `route` is taken as it
+    /// its id, its name and the requests it matches. Every layer reads these from the table
+    /// per call: the classifier, the slow-call threshold, the timeout, `retry` and
+    /// `idempotent`. A reader that holds the former settings (a call classifying its answer
+    /// at that moment) finishes with them. Waits for an [edit](RouteTable::edit) under way
+    /// (so never call it while holding a [`RouteEdit`] of this table). `route` is taken as it
     /// is: what it leaves unset is not taken from the default route (a route of a table
     /// built by [`RouteTableBuilder::build`] already holds what it inherits). Zero
     /// durations are treated as absent, as [`single`](RouteTable::single) treats them.
@@ -694,6 +754,12 @@ impl<C> RouteTable<C> {
     /// shared, for a reader that needs it at every call (the breaker's admission).
     pub fn slow_thresholds(&self) -> SlowThresholds {
         self.table.slow.clone()
+    }
+
+    /// Each route's own timeout as it is now (`route(id).timeout_duration()`), shared, for
+    /// a reader that needs it at every call (the timeout layer's admission).
+    pub fn route_timeouts(&self) -> RouteTimeouts {
+        self.table.timeouts.clone()
     }
 
     /// Whether this is the process-wide default table ([`RouteTable::default`]), shared by
@@ -773,7 +839,16 @@ impl<C: Classifier> RouteTable<C> {
                 id: next_table_id(),
                 shared_default,
                 names: vec![Arc::from(DEFAULT_ROUTE)],
-                slow: SlowThresholds::new(&route, std::iter::empty()),
+                slow: SlowThresholds(Durations::new(
+                    Route::slow_call_threshold,
+                    &route,
+                    std::iter::empty(),
+                )),
+                timeouts: RouteTimeouts(Durations::new(
+                    Route::timeout_duration,
+                    &route,
+                    std::iter::empty(),
+                )),
                 routes: vec![Slot::new(route)],
                 router: None,
                 edited: Edited::new(),
@@ -944,7 +1019,16 @@ impl<C: Classifier> RouteTableBuilder<C> {
             shared_default: false,
             names,
             router: paths.build(&mut v),
-            slow: SlowThresholds::new(&routes[0], routes[1..].iter()),
+            slow: SlowThresholds(Durations::new(
+                Route::slow_call_threshold,
+                &routes[0],
+                routes[1..].iter(),
+            )),
+            timeouts: RouteTimeouts(Durations::new(
+                Route::timeout_duration,
+                &routes[0],
+                routes[1..].iter(),
+            )),
             routes: routes.into_iter().map(Slot::new).collect(),
             edited: Edited::new(),
         };
@@ -965,20 +1049,23 @@ fn route_id(index: usize) -> RouteId {
 struct Paths {
     /// Paths in the order their first route was added, with their candidates.
     paths: Vec<(String, Candidates)>,
+    /// Where each path is in `paths`.
+    index: std::collections::HashMap<String, usize>,
 }
 
 impl Paths {
     /// Adds route `id`, written `key`; the rule the key breaks, if any.
     fn add(&mut self, id: RouteId, key: &str) -> Result<(), String> {
         let (method, path) = parse_key(key)?;
-        let slot = match self.paths.iter().position(|(p, _)| *p == path) {
-            Some(i) => &mut self.paths[i].1,
+        let i = match self.index.get(&path) {
+            Some(i) => *i,
             None => {
+                self.index.insert(path.clone(), self.paths.len());
                 self.paths.push((path, Candidates::default()));
-                let last = self.paths.len() - 1;
-                &mut self.paths[last].1
+                self.paths.len() - 1
             }
         };
+        let slot = &mut self.paths[i].1;
         let duplicate = match method {
             None => slot.any_method.replace(id).is_some(),
             Some(m) => {

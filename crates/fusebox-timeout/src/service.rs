@@ -376,7 +376,7 @@ impl<C: Classifier> TimeoutStage<C> {
         scope: &mut Scope,
     ) -> Result<Bound, Expired> {
         let id = self.routes.resolve_in(request, scope);
-        let route_timeout = self.timeouts.get_in(id, &self.routes);
+        let route_timeout = self.timeouts.get(id);
         let route = self.names.lease(id, &self.routes);
 
         // An empty `Extensions` answers without hashing: no deadline costs one branch.

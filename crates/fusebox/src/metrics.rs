@@ -81,7 +81,10 @@
 //! | Redis store | 4 (per key for a keyed breaker shared on Redis) |
 //!
 //! `route` is bounded by the route table (calls that match no route are the `default`
-//! route), `key` by `max_keys`, and every other label by the fixed values listed above.
+//! route): the routes it was built with and those a reload added, whose series a layer
+//! registers when a call first comes on one of them (a removed route keeps its id, and
+//! its series stay); `key` by
+//! `max_keys`, and every other label by the fixed values listed above.
 //!
 //! # Buckets
 //!

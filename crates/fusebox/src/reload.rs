@@ -10,15 +10,15 @@
 //! | breaker thresholds, minimum calls, consecutive failures, open wait (jitter, growth, cap), probes, half-open wait, `on_close`, `count_overloaded` | yes, when the breaker's name, store and keying are the same | the breaker's state machine takes the new settings and keeps its state, generation, window and trips; an open wait already running keeps its end. A keyed breaker's dependency-wide breaker (`breaker.spread`) takes them too |
 //! | the same, for a breaker whose state is on Redis | yes | the store swaps the arguments every call sends the fleet's script, the probe budget and waits the replica reads, the jitter of its next opening and the fallback breaker's settings; the connection, the scope and the fleet's state are kept. Each replica sends its own settings: reload every replica |
 //! | the breaker's window (kind or size) | no | its calls cannot move to another window: reported, the rest of the breaker's settings still apply |
-//! | the timeout of routes without one, each route's own timeout | yes, for the same routes | the timeout stage reads them per call |
+//! | the timeout of routes without one | yes | the timeout stage reads it per call ([`Timeouts`]) |
 //! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure) |
 //! | an adaptive limit's settings (bounds, ratios, Vegas' alpha, beta, probing), or another adaptive algorithm (AIMD ↔ Vegas) | yes | the algorithm takes the new settings under the lock its samples already take, keeping its current limit (within the new bounds), its measurements and the congestion episode; AIMD taken anew starts from the limit in force, Vegas first measures the no-load latency at its minimum, as when built |
 //! | the queue's `max_waiters` and `max_wait` | yes | two atomics the limit reads where a call queues; waiters already queued keep their places and deadlines |
 //! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | no | a limit is built with or without an adaptive algorithm (only an adaptive limit holds one, and only its calls are timed and fed to it) and with or without a queue (without one, a release never looks for waiters: a queue turned on while a release skips that look could leave a waiter unserved until its deadline). Switching either in place is possible — calls admitted before the switch would finish under the kind they started with — but is not done: it needs the limit's kind and queue to become state its call path reads atomically, with the ordering the queue's wake-ups rely on checked again by the loom model |
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
-//! | a route's classifier rules, slow-call threshold, `retry` and `idempotent` (of the default route too, with what the named routes inherit from it) | yes, for the routes both tables hold | every stage reads one route table, shared: each route the new table holds under the same name takes the new route's settings in one swap ([`RouteTable::replace_route`]); the route keeps its id, so calls already resolved to it stay on it. A policy built without a table of its own reads the process-wide default one ([`RouteTable::default`]), which is never replaced: reported as needing a rebuild |
-//! | routes added or removed (a route's matcher is its name: a changed matcher is one route removed and another added) | yes, unless an added route's timeout needs the timeout layer the running policy does not have | one edit of the shared table ([`RouteTable::edit`]): an added route takes the next route id and matches its requests from the next call on; a removed one matches nothing from then on and keeps its id, so calls already on it finish as they started; a route added back under a name the table held takes its id back. Ids never go to another route, so what the stages keep per route id (a call's resolution, a keyed breaker's keys by route, each route's series and timeout) stays right; each stage gives an added route its per-route values when a call first comes on it |
+//! | a route's classifier rules, slow-call threshold, timeout, `retry` and `idempotent` (of the default route too, with what the named routes inherit from it) | yes, for the routes both tables hold | every stage reads one route table, shared: each route the new table holds under the same name takes the new route's settings in one swap ([`RouteTable::replace_route`]); the route keeps its id, so calls already resolved to it stay on it. A policy built without a table of its own reads the process-wide default one ([`RouteTable::default`]), which is never replaced: reported as needing a rebuild |
+//! | routes added or removed (a route's matcher is its name: a changed matcher is one route removed and another added) | yes, unless an added route's timeout needs the timeout layer the running policy does not have | one edit of the shared table ([`RouteTable::edit`]): an added route takes the next route id and matches its requests from the next call on; a removed one matches nothing from then on and keeps its id and settings, which calls already on it read; a route added back under a name the table held takes its id back, with its new settings. Ids never go to another route, so what the stages keep per route id (a call's resolution, a keyed breaker's keys by route, each route's series) stays right; each stage gives an added route its per-route values when a call first comes on it (or on a route added after it) |
 //! | anything else: layers added or removed, the body timeout, deadline propagation, the limit's name, release, `retry_after` and `log_step`, keying, the keys' spread (`breaker.spread`), store, the routes a fallback names (a fallback on all routes serves the routes a reload adds), recovery ramp | no | reported as needing a rebuild |
 //!
 //! What applies does so from the next call on; calls in flight finish under the settings
@@ -65,7 +65,7 @@
 
 use crate::policy::{BreakerLayer, BreakerStore, Policy, Shared};
 use fusebox_breaker::{CircuitBreakerConfig, Reconfigure};
-use fusebox_classify::{Classifier, RouteTable};
+use fusebox_classify::{Classifier, Route, RouteTable};
 use fusebox_limit::{ConcurrencyLimitConfig, Limit};
 use fusebox_timeout::{TimeoutConfig, Timeouts};
 use std::fmt;
@@ -214,7 +214,6 @@ impl<C: Classifier + fmt::Debug> Policy<C> {
             &mut d,
             &old.routes,
             &new_shared.routes,
-            running.timeouts,
             timeouts_follow,
             apply,
         );
@@ -609,26 +608,6 @@ fn timeout<C: Classifier>(d: &mut Diff, running: &Running<'_, C>, new: &Shared<C
         &to.deadline_header(),
         FIXED,
     );
-    // Each route's own timeout, for the routes both tables hold (a route a reload added
-    // gets its timeout from the table when a call first comes on it: ask for it now).
-    table.grow(&old.routes);
-    for (_, name, route) in new.routes.iter() {
-        let Some((old_id, _, _)) = old.routes.iter().find(|(_, n, _)| *n == name) else {
-            continue;
-        };
-        let (was, now) = (table.route(old_id.index()), route.timeout_duration());
-        if was != now {
-            if apply {
-                table.set_route(old_id.index(), now);
-            }
-            d.push(
-                route_path(name, "timeout"),
-                show(&was),
-                show(&now),
-                Effect::InPlace,
-            );
-        }
-    }
 }
 
 fn route_path(name: &str, key: &str) -> String {
@@ -717,7 +696,6 @@ fn routes<C: Classifier + fmt::Debug>(
     d: &mut Diff,
     old: &RouteTable<C>,
     new: &RouteTable<C>,
-    timeouts: Option<&Timeouts>,
     timeouts_follow: bool,
     apply: bool,
 ) {
@@ -729,8 +707,11 @@ fn routes<C: Classifier + fmt::Debug>(
     let mut edit = Vec::new();
     let mut removed = Vec::new();
     let before = d.changes.len();
+    let new_names: std::collections::HashSet<&str> = new.iter().map(|(_, n, _)| n).collect();
+    let mut old_routes: std::collections::HashMap<&str, _> =
+        old.iter().map(|(id, n, r)| (n, (id, r))).collect();
     for (id, name, _) in old.iter() {
-        if !new.iter().any(|(_, n, _)| n == name) {
+        if !new_names.contains(name) {
             // Its id stays, for the calls on it and what the layers keep per route; it
             // matches no request from the next call on.
             let effect = if shared {
@@ -751,7 +732,7 @@ fn routes<C: Classifier + fmt::Debug>(
     }
     let mut added = Vec::new();
     for (_, name, route) in new.iter() {
-        let Some((id, _, was)) = old.iter().find(|(_, n, _)| *n == name) else {
+        let Some((id, was)) = old_routes.remove(name) else {
             let effect = if shared {
                 Effect::NeedsRebuild(SHARED)
             } else if !timeouts_follow && route.timeout_duration().is_some() {
@@ -780,6 +761,12 @@ fn routes<C: Classifier + fmt::Debug>(
         } else {
             Effect::InPlace
         };
+        d.field(
+            &route_path(name, "timeout"),
+            &was.timeout_duration(),
+            &route.timeout_duration(),
+            effect.clone(),
+        );
         d.field(
             &route_path(name, "slow_call_duration"),
             &was.slow_call_threshold(),
@@ -820,41 +807,37 @@ fn routes<C: Classifier + fmt::Debug>(
     if !apply || (edit.is_empty() && !rerouted) {
         return;
     }
-    // A route added back under a name the table held keeps its former id: its timeout
-    // is set before a request can match it again (a route new to the table takes its
-    // own from the table when a call first comes on it).
-    if let Some(timeouts) = timeouts {
-        timeouts.grow(old);
-        for (name, route) in &added {
-            if let Some(id) = old.id_of(name) {
-                timeouts.set_route(id.index(), route.timeout_duration());
-            }
+    let commit = |added: &[(String, Route<C>)]| {
+        let mut changes = old.edit();
+        for (id, route) in &edit {
+            changes.replace(*id, route.clone());
         }
-    }
-    let mut changes = old.edit();
-    for (id, route) in edit {
-        changes.replace(id, route);
-    }
-    for (name, route) in added {
-        changes.add(name, route);
-    }
-    for id in removed {
-        changes.remove(id);
-    }
-    if let Err(refused) = changes.commit() {
-        // Only the routes' count can refuse here (the new table's routes were checked
-        // when it was built): nothing was applied.
-        tracing::warn!(
-            target: "fusebox::reload",
-            error = %refused,
-            "fusebox: the route table refused the reload's routes"
-        );
-        for c in &mut d.changes[before..] {
-            if c.effect == Effect::InPlace {
-                c.effect = Effect::NeedsRebuild(
-                    "the route table refused the change (it holds at most 65,534 route ids, removed routes included): rebuild the policy",
-                );
-            }
+        for (name, route) in added {
+            changes.add(name.as_str(), route.clone());
+        }
+        for id in &removed {
+            changes.remove(*id);
+        }
+        changes.commit()
+    };
+    let Err(refused) = commit(&added) else {
+        return;
+    };
+    // The new table's routes were checked when it was built: the table refuses an added
+    // route when it has given out every id it can, or when another reload added a route
+    // of that name meanwhile. The rest still applies.
+    tracing::warn!(
+        target: "fusebox::reload",
+        error = %refused,
+        "fusebox: the route table refused the routes the reload adds; the other route changes apply"
+    );
+    let applied = commit(&[]).is_ok();
+    for c in &mut d.changes[before..] {
+        let is_added = c.path.ends_with(".(route)") && c.to == "present";
+        if c.effect == Effect::InPlace && (is_added || !applied) {
+            c.effect = Effect::NeedsRebuild(
+                "the route table refused the route (it holds at most 65,534 route ids, removed routes included, or another reload changed its routes meanwhile; the log says which): rebuild the policy",
+            );
         }
     }
 }

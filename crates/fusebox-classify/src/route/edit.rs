@@ -2,6 +2,7 @@
 
 use super::{Paths, Route, RouteId, RouteTable, Slot, route_id};
 use crate::config::{ConfigError, Validator};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
@@ -135,11 +136,16 @@ impl<C> RouteEdit<'_, C> {
         let name_of = |id: RouteId| table.name(id).map_or("?", |n| &**n).to_owned();
         let path_of = |name: &str| format!("routes[{name:?}]");
 
-        // The routes that match requests now, but the default one: id and name.
-        let mut live: Vec<(RouteId, Arc<str>)> = (1..count)
+        // Every route the table has named but the default one, by name; and those that
+        // match requests now, by id.
+        let named: HashMap<Arc<str>, RouteId> = (1..count)
             .map(route_id)
-            .filter(|id| table.slot(*id).is_some_and(|slot| !slot.is_removed()))
-            .filter_map(|id| Some((id, Arc::clone(table.name(id)?))))
+            .filter_map(|id| Some((Arc::clone(table.name(id)?), id)))
+            .collect();
+        let mut live: BTreeMap<RouteId, Arc<str>> = named
+            .iter()
+            .filter(|(_, id)| table.slot(**id).is_some_and(|slot| !slot.is_removed()))
+            .map(|(name, id)| (*id, Arc::clone(name)))
             .collect();
 
         for (id, route) in &self.replace {
@@ -165,7 +171,7 @@ impl<C> RouteEdit<'_, C> {
                     "is not a route id of this table",
                 );
             } else {
-                live.retain(|(l, _)| l != id);
+                live.remove(id);
             }
         }
         // Routes new to the table, with their ids; routes it held before, back under theirs.
@@ -173,27 +179,34 @@ impl<C> RouteEdit<'_, C> {
         let mut revived = Vec::new();
         let mut ids = Vec::with_capacity(self.add.len());
         let mut next = count;
+        let mut full = false;
+        let mut adding: HashSet<String> = HashSet::new();
         for (key, route) in self.add {
             let path = path_of(&key);
             route.validate(&path, &mut v);
-            if key == super::DEFAULT_ROUTE || live.iter().any(|(_, n)| **n == *key) {
+            let live_now = named
+                .get(key.as_str())
+                .is_some_and(|id| live.contains_key(id));
+            if key == super::DEFAULT_ROUTE || live_now || !adding.insert(key.clone()) {
                 v.fail(path, "route is listed twice");
                 continue;
             }
-            let held = self.table.id_of(&key);
-            let (id, name) = match held {
+            let (id, name) = match named.get(key.as_str()) {
                 Some(id) => {
-                    revived.push((id, route));
-                    (id, Arc::clone(table.name(id).unwrap_or(&table.names[0])))
+                    revived.push((*id, route));
+                    (*id, Arc::clone(table.name(*id).unwrap_or(&table.names[0])))
                 }
                 None if next >= usize::from(u16::MAX) => {
-                    v.fail(
-                        "routes",
-                        format!(
-                            "at most {} route ids in a table, removed routes included: rebuild the table to start over",
-                            u16::MAX - 1
-                        ),
-                    );
+                    if !full {
+                        full = true;
+                        v.fail(
+                            "routes",
+                            format!(
+                                "at most {} route ids in a table, removed routes included: rebuild the table to start over",
+                                u16::MAX - 1
+                            ),
+                        );
+                    }
                     continue;
                 }
                 None => {
@@ -204,13 +217,12 @@ impl<C> RouteEdit<'_, C> {
                     (id, name)
                 }
             };
-            live.push((id, name));
+            live.insert(id, name);
             ids.push(id);
         }
 
         // The matcher of the routes the edit leaves, built before anything changes.
         let matcher = rerouted.then(|| {
-            live.sort_by_key(|(id, _)| *id);
             let mut paths = Paths::default();
             for (id, name) in &live {
                 if let Err(rule) = paths.add(*id, name) {
@@ -225,19 +237,19 @@ impl<C> RouteEdit<'_, C> {
         // threshold) before the matcher can hand out its id.
         let edited = &table.edited;
         for (id, name, route) in fresh {
-            let threshold = route.slow_call_threshold();
+            // Its durations first: from its push on, the route is listed and counted.
+            table.add_durations(id, &route);
             edited.added.push((name, Slot::new(route)));
-            table.slow.add(id, id.index() + 1, threshold);
         }
         for (id, route) in self.replace {
             if let Some(slot) = table.slot(id) {
-                table.slow.set(id, route.slow_call_threshold());
+                table.set_durations(id, &route);
                 slot.replace(route);
             }
         }
         for (id, route) in revived {
             if let Some(slot) = table.slot(id) {
-                table.slow.set(id, route.slow_call_threshold());
+                table.set_durations(id, &route);
                 slot.replace(route);
                 slot.removed.store(false, Ordering::Release);
             }

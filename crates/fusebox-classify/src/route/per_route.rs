@@ -24,11 +24,9 @@ pub struct PerRoute<T> {
     made: Box<[T]>,
     /// Route `made.len() + i` is `added[i]`.
     added: boxcar::Vec<T>,
+    /// Held while values are appended, so that each lands at its route's place.
+    grow: Mutex<()>,
 }
-
-/// Held while values are appended to any [`PerRoute`], so that each lands at its route's
-/// place: routes are added rarely, and one lock for all of them costs nothing to hold.
-static GROW: Mutex<()> = Mutex::new(());
 
 impl<T> PerRoute<T> {
     /// The default route's value, then the values of routes `1..n` in route order.
@@ -36,6 +34,7 @@ impl<T> PerRoute<T> {
         PerRoute {
             made: std::iter::once(default).chain(rest).collect(),
             added: boxcar::Vec::new(),
+            grow: Mutex::new(()),
         }
     }
 
@@ -93,7 +92,7 @@ impl<T> PerRoute<T> {
         if id.index() >= count {
             return None;
         }
-        let _grow = GROW.lock().unwrap_or_else(PoisonError::into_inner);
+        let _grow = self.grow.lock().unwrap_or_else(PoisonError::into_inner);
         let mut next = self.len();
         while next <= id.index() {
             // Ids are u16 (a table refuses more routes), so this never truncates.
