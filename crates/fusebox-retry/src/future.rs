@@ -6,6 +6,7 @@
 //! (one attempt, a good answer) allocates nothing and does no more than poll the inner
 //! future, classify the answer and return it.
 
+use crate::config::RetryConfig;
 use crate::error::{BodyExceedsSizeHint, BoxError, DeadlineExceeded, is_fusebox_rejection};
 use crate::replay::{Buffered, ReplayBody};
 use crate::service::{Bound, Shared, attempt_span, call_in};
@@ -31,7 +32,7 @@ use tracing::Span;
 
 /// Whether a hedge may still be sent, is waiting for its timer or for the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Hedge {
+pub(crate) enum Hedge {
     /// Not armed yet (or re-armable after a retry).
     Idle,
     /// The hedge timer is running.
@@ -202,22 +203,24 @@ where
     /// The first attempt of a request with an empty body is in flight; `service` and
     /// `parts` make the next ones.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn repeatable(
-        call: impl FnOnce(&Span) -> S::Future,
+        call: impl FnOnce(&Span, &request::Parts) -> S::Future,
         span: Span,
         shared: Arc<Lease<Bound<S, C>>>,
         meta: CallMeta,
         deadline: Option<Deadline>,
         parts: request::Parts,
+        (timer, hedge): (Option<Pin<Box<Sleep>>>, Hedge),
     ) -> Self {
         // One struct literal in return position, so that it is built in place: this runs
         // on every healthy call.
-        let (timer, hedge) = first_hedge(&shared, &meta);
         ResponseFuture {
             body: None,
             // Called here, in the struct literal, so that the attempt's future is built in
-            // its place in this one instead of moved into it.
-            primary: Some(call(&span)),
+            // its place in this one instead of moved into it, and its request is made from
+            // the head this one keeps.
+            primary: Some(call(&span, &parts)),
             hedge: None,
             timer,
             primary_span: span,
@@ -281,8 +284,10 @@ where
 
 /// The hedge timer of a first attempt, and the hedge state to go with it.
 #[inline]
-fn first_hedge<C>(shared: &Shared<C>, meta: &CallMeta) -> (Option<Pin<Box<Sleep>>>, Hedge) {
-    let config = shared.config.load();
+pub(crate) fn first_hedge(
+    config: &RetryConfig,
+    meta: &CallMeta,
+) -> (Option<Pin<Box<Sleep>>>, Hedge) {
     match config.hedge_delay() {
         Some(delay) if meta.idempotent() && config.max_attempts() > 1 => {
             (Some(Box::pin(tokio::time::sleep(delay))), Hedge::Armed)

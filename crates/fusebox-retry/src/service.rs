@@ -4,7 +4,7 @@ use crate::backoff::{Backoff, server_delay};
 use crate::budget::RetryBudget;
 use crate::config::RetryConfig;
 use crate::error::BoxError;
-use crate::future::{Replay, ResponseFuture};
+use crate::future::{Replay, ResponseFuture, first_hedge};
 use crate::replay::{Buffered, ReplayBody};
 use crate::telemetry;
 use crate::verdicts::{AttemptVerdicts, Classify};
@@ -450,15 +450,21 @@ where
         if repeatable && body.is_end_stream() {
             // Nothing to buffer: every attempt gets an empty body.
             bound.keep_spare(&self.inner);
-            let attempt = Request::from_parts(parts.clone(), ReplayBody::empty());
             let inner = &mut self.inner;
+            let hedge = first_hedge(&config, &meta);
+            drop(config);
             return ResponseFuture::repeatable(
-                |span| call_in(span, &scope, inner, attempt),
+                // The attempt is made where it is sent, from the head the future keeps.
+                |span, parts| {
+                    let attempt = Request::from_parts(parts.clone(), ReplayBody::empty());
+                    call_in(span, &scope, inner, attempt)
+                },
                 attempt_span(1),
                 leases.lease(),
                 meta,
                 deadline,
                 parts,
+                hedge,
             );
         }
         let cap = config.max_replay_body_bytes() as u64;
