@@ -87,7 +87,7 @@ fn main() {
                 request
             });
         }
-        "policy" | "tower-stack" => {
+        "policy" | "tower-stack" | "policy-none" | "bare" => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
@@ -98,7 +98,16 @@ fn main() {
                 *request.uri_mut() = Uri::from_static(URI);
                 black_box(request)
             };
-            if kind == "policy" {
+            if kind == "bare" {
+                run(ready_ok::<Empty<Bytes>>(), calls, request);
+            } else if kind == "policy-none" {
+                let policy = Policy::builder("calls").build().expect("a valid policy");
+                run(
+                    policy.layer(ready_ok::<ReplayBody<Empty<Bytes>>>()),
+                    calls,
+                    request,
+                );
+            } else if kind == "policy" {
                 let policy = Policy::builder("calls")
                     .timeout(Duration::from_secs(1))
                     .concurrency_limit(1000)

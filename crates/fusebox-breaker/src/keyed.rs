@@ -15,7 +15,7 @@ use crate::state::{Command, State};
 use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
 use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
-use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
+use fusebox_classify::stage::{Admit, Answer, Http, NoTimer, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, Classifier, Clock, Nanos, RouteId, RouteTable, SharedVerdict};
 use http::{Extensions, HeaderMap, HeaderName, Method, Request, Response, Uri};
 use http_body::Body;
@@ -760,6 +760,7 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
     type Admitted = Option<Guard<C, M::Store>>;
     type Waiting = NoWait;
     type End = EosRecorder<C, M::Store>;
+    type Timer = NoTimer;
 
     #[inline]
     fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {

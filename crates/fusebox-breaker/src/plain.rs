@@ -23,7 +23,9 @@
 use crate::breaker::{BreakerHandle, EosRecorder, Guard, Leases, PlainCall, lease};
 use crate::store::{MemoryStore, Store};
 use fusebox_classify::context::Scope;
-use fusebox_classify::stage::{Admit, Answer, NoWait, Opaque, Stage, Staged, StagedFuture};
+use fusebox_classify::stage::{
+    Admit, Answer, NoTimer, NoWait, Opaque, Stage, Staged, StagedFuture,
+};
 use fusebox_classify::{BoxError, Classifier, SharedVerdict, StandardClassifier};
 use std::fmt;
 use std::pin::Pin;
@@ -144,6 +146,7 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
     type Admitted = Option<Guard<C, St, PlainCall>>;
     type Waiting = NoWait;
     type End = EosRecorder<C, St, PlainCall>;
+    type Timer = NoTimer;
 
     #[inline]
     fn admit(&self, _: &mut R, _: &mut Scope) -> Admit<Self::Admitted, NoWait> {

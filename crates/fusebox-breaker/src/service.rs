@@ -5,7 +5,7 @@ use crate::future::{ResponseBody, ResponseFuture};
 use crate::store::{MemoryStore, Store};
 use fusebox_classify::context::Scope;
 use fusebox_classify::error::CircuitOpen;
-use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged};
+use fusebox_classify::stage::{Admit, Answer, Http, NoTimer, NoWait, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, SharedVerdict, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
@@ -76,6 +76,7 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
     type Admitted = Option<Guard<C, St>>;
     type Waiting = NoWait;
     type End = EosRecorder<C, St>;
+    type Timer = NoTimer;
 
     #[inline(always)]
     fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {

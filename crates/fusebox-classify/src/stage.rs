@@ -31,7 +31,7 @@
 //!
 //! ```
 //! use fusebox_classify::context::Scope;
-//! use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged};
+//! use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoTimer, NoWait, Stage, Staged};
 //! use fusebox_classify::{BoxError, SharedVerdict};
 //! use http::{Request, Response};
 //! use std::pin::Pin;
@@ -47,6 +47,7 @@
 //!     type Admitted = ();
 //!     type Waiting = NoWait;
 //!     type End = NoEnd;
+//!     type Timer = NoTimer;
 //!
 //!     fn admit(&self, _: &mut Request<B>, _: &mut Scope) -> Admit<(), NoWait> {
 //!         if self.0.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
@@ -147,6 +148,12 @@ pub trait Stage<Req> {
     /// What the response body still owes the stage when its stream ends ([`NoEnd`] for
     /// a stage that is always done with the head).
     type End: OnEndOfStream;
+    /// What a call keeps for the stage's deadline ([`NoTimer`] for a stage without one): a
+    /// timer, made empty with the call's future and pinned in it, apart from the
+    /// [`Admitted`](Stage::Admitted) value, so that admitting a call (which moves what it
+    /// admitted into the future) never moves a timer, armed or not. Only
+    /// [`poll_deadline`](Stage::poll_deadline) touches it.
+    type Timer: Default;
 
     /// Decides whether `request` may go now, must wait, or is refused. The stage may
     /// change the request (a timeout tells the next hop its deadline). What a stage needs
@@ -167,10 +174,15 @@ pub trait Stage<Req> {
     ) -> Poll<Admit<Self::Admitted, NoWait>>;
 
     /// Polled while the inner call is pending: ready with the error that ends the call
-    /// when the stage's deadline has passed. The default has no deadline.
+    /// when the stage's deadline has passed, with the call's [`Timer`](Stage::Timer). The
+    /// default has no deadline.
     #[inline(always)]
-    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
-        let _ = (admitted, cx);
+    fn poll_deadline(
+        admitted: Pin<&mut Self::Admitted>,
+        timer: Pin<&mut Self::Timer>,
+        cx: &mut Context<'_>,
+    ) -> Poll<BoxError> {
+        let _ = (admitted, timer, cx);
         Poll::Pending
     }
 
@@ -193,6 +205,20 @@ pub trait Stage<Req> {
 pub trait Handoff<S> {
     /// The service the waiting call takes with it, leaving a fresh one in `inner`.
     fn take(&self, inner: &mut S) -> S;
+}
+
+/// The [`Timer`](Stage::Timer) of a stage without a deadline: no bytes in a call's future.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoTimer;
+
+/// The [`Timer`](Stage::Timer) of a pair of stages: the outer stage's and the inner one's.
+#[pin_project]
+#[derive(Debug, Default)]
+pub struct PairTimer<A, B> {
+    #[pin]
+    outer: A,
+    #[pin]
+    inner: B,
 }
 
 /// The [`Waiting`](Stage::Waiting) of a stage that never makes a call wait: it has no
@@ -282,6 +308,7 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
     type Waiting = PairWait<A::Admitted, A::Waiting, B::Waiting>;
     /// The inner stage's end first, then the outer one's: the inner body sat inside.
     type End = (Option<B::End>, Option<A::End>);
+    type Timer = PairTimer<A::Timer, B::Timer>;
 
     #[inline(always)]
     fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
@@ -358,15 +385,20 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
     }
 
     #[inline(always)]
-    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
+    fn poll_deadline(
+        admitted: Pin<&mut Self::Admitted>,
+        timer: Pin<&mut Self::Timer>,
+        cx: &mut Context<'_>,
+    ) -> Poll<BoxError> {
         let both = admitted.project();
+        let timers = timer.project();
         // The inner stage's deadline first, as the inner layer's timer would fire first.
         if let Some(inner) = both.inner.as_pin_mut()
-            && let Poll::Ready(error) = B::poll_deadline(inner, cx)
+            && let Poll::Ready(error) = B::poll_deadline(inner, timers.inner, cx)
         {
             return Poll::Ready(error);
         }
-        A::poll_deadline(both.outer, cx)
+        A::poll_deadline(both.outer, timers.outer, cx)
     }
 
     #[inline(always)]
@@ -396,6 +428,7 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
     type Admitted = Option<St::Admitted>;
     type Waiting = St::Waiting;
     type End = St::End;
+    type Timer = St::Timer;
 
     #[inline(always)]
     fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
@@ -420,9 +453,13 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
     }
 
     #[inline(always)]
-    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
+    fn poll_deadline(
+        admitted: Pin<&mut Self::Admitted>,
+        timer: Pin<&mut Self::Timer>,
+        cx: &mut Context<'_>,
+    ) -> Poll<BoxError> {
         match admitted.as_pin_mut() {
-            Some(admitted) => St::poll_deadline(admitted, cx),
+            Some(admitted) => St::poll_deadline(admitted, timer, cx),
             None => Poll::Pending,
         }
     }
@@ -472,6 +509,7 @@ impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
     type Admitted = St::Admitted;
     type Waiting = St::Waiting;
     type End = St::End;
+    type Timer = St::Timer;
 
     #[inline(always)]
     fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
@@ -489,8 +527,12 @@ impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
     }
 
     #[inline(always)]
-    fn poll_deadline(admitted: Pin<&mut Self::Admitted>, cx: &mut Context<'_>) -> Poll<BoxError> {
-        St::poll_deadline(admitted, cx)
+    fn poll_deadline(
+        admitted: Pin<&mut Self::Admitted>,
+        timer: Pin<&mut Self::Timer>,
+        cx: &mut Context<'_>,
+    ) -> Poll<BoxError> {
+        St::poll_deadline(admitted, timer, cx)
     }
 
     #[inline(always)]
@@ -672,6 +714,7 @@ where
                         future: self.inner.call(request),
                     },
                     admitted: Some(admitted),
+                    timer: St::Timer::default(),
                     reply: PhantomData,
                 }
             }
@@ -708,6 +751,7 @@ impl<S, St, P> Staged<S, St, P> {
                 }),
             },
             admitted: None,
+            timer: St::Timer::default(),
             reply: PhantomData,
         }
     }
@@ -730,6 +774,9 @@ where
     phase: Phase<S, Req, St>,
     #[pin]
     admitted: Option<St::Admitted>,
+    /// The stages' timers: made empty here and never moved ([`Stage::Timer`]).
+    #[pin]
+    timer: St::Timer,
     reply: PhantomData<fn() -> P>,
 }
 
@@ -779,6 +826,7 @@ where
         StagedFuture {
             phase: Phase::Refused { error: Some(error) },
             admitted,
+            timer: St::Timer::default(),
             reply: PhantomData,
         }
     }
@@ -871,7 +919,9 @@ where
                     // The call first: a ready answer wins over a due deadline, and a call
                     // that answers on its first poll arms no timer.
                     Poll::Pending => match this.admitted.as_mut().as_pin_mut() {
-                        Some(admitted) => ready!(St::poll_deadline(admitted, cx)),
+                        Some(admitted) => {
+                            ready!(St::poll_deadline(admitted, this.timer.as_mut(), cx))
+                        }
                         None => return Poll::Pending,
                     },
                 },

@@ -10,7 +10,7 @@ use crate::observe::LimitHandle;
 use crate::partition::{Partitioner, Unpartitioned};
 use fusebox_classify::context::Scope;
 use fusebox_classify::shard::Leases;
-use fusebox_classify::stage::{Admit, Answer, Handoff, Http, NoWait, Stage, Staged};
+use fusebox_classify::stage::{Admit, Answer, Handoff, Http, NoTimer, NoWait, Stage, Staged};
 use fusebox_classify::{BoxError, Classifier, SharedVerdict, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
@@ -121,6 +121,7 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
     type Admitted = Option<Admitted<C>>;
     type Waiting = Queued<C>;
     type End = Completion<C>;
+    type Timer = NoTimer;
 
     #[inline(always)]
     fn admit(

@@ -27,7 +27,8 @@ pub type ResponseFuture<S, B, C> = StagedFuture<S, Request<B>, TimeoutStage<C>, 
 ///
 /// Made by [`TimeoutStage::bound`](crate::TimeoutStage::bound) (and
 /// [`Timeout::bound`](crate::Timeout::bound), for a caller that drives the timeout by
-/// hand); the timeout's stage holds it, with its [`Timer`], in a [`Timed`].
+/// hand); it is what the timeout's stage holds for an admitted call, and the call's
+/// [`Timer`] (the stage's [`Timer`](fusebox_classify::stage::Stage::Timer)) races it.
 #[derive(Debug)]
 pub struct Bound {
     at: Instant,
@@ -111,38 +112,6 @@ impl Timer {
         let route = bound.route.get();
         telemetry::elapsed(route, bound.limit, Phase::Headers);
         Poll::Ready(Box::new(Elapsed::new(Arc::clone(route), bound.limit)))
-    }
-}
-
-/// What the timeout's stage holds for an admitted call: its bound, and the timer that
-/// is armed for it the first time the call is still pending.
-#[pin_project]
-#[derive(Debug)]
-pub struct Timed {
-    bound: Bound,
-    #[pin]
-    timer: Timer,
-}
-
-impl Timed {
-    #[inline]
-    pub(crate) fn new(bound: Bound) -> Self {
-        Timed {
-            bound,
-            timer: Timer::new(),
-        }
-    }
-
-    /// The call's bound.
-    pub fn bound(&self) -> &Bound {
-        &self.bound
-    }
-
-    /// Ready with [`Elapsed`] once the bound has passed.
-    #[inline]
-    pub fn poll_elapsed(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BoxError> {
-        let this = self.project();
-        this.timer.poll_elapsed(this.bound, cx)
     }
 }
 

@@ -160,7 +160,7 @@ pub use crate::table::Timeouts;
 /// [`Timeout::bound`] hands out for a caller that drives the timeout by hand. Using the
 /// layer needs none of them; their shape may change in any release.
 pub mod compose {
-    pub use crate::future::{Bound, Timed, Timer};
+    pub use crate::future::{Bound, Timer};
     pub use crate::service::Expired;
 }
 pub use fusebox_classify::Deadline;

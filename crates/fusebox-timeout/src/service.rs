@@ -3,7 +3,7 @@
 use crate::body::TimeoutBody;
 use crate::budget::{self, Budget};
 use crate::config::{DeadlineConfig, TimeoutConfig};
-use crate::future::{BodyFuture, Bound, ResponseFuture, Timed};
+use crate::future::{BodyFuture, Bound, ResponseFuture, Timer};
 use crate::table::Timeouts;
 use crate::telemetry::{self, RouteSeries};
 use fusebox_classify::context::Scope;
@@ -159,14 +159,15 @@ impl<C> TimeoutStage<C> {
 }
 
 impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
-    type Admitted = Timed;
+    type Admitted = Bound;
     type Waiting = NoWait;
     type End = NoEnd;
+    type Timer = Timer;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Timed, NoWait> {
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Bound, NoWait> {
         match self.bound_in(request, scope) {
-            Ok(bound) => Admit::Ready(Timed::new(bound)),
+            Ok(bound) => Admit::Ready(bound),
             Err(expired) => Admit::Refuse(expired.into_error()),
         }
     }
@@ -177,24 +178,28 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
         _: &mut Request<B>,
         _: &mut Scope,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<Timed, NoWait>> {
+    ) -> Poll<Admit<Bound, NoWait>> {
         match *waiting.get_mut() {}
     }
 
     #[inline(always)]
-    fn poll_deadline(admitted: Pin<&mut Timed>, cx: &mut Context<'_>) -> Poll<BoxError> {
-        admitted.poll_elapsed(cx)
+    fn poll_deadline(
+        admitted: Pin<&mut Bound>,
+        timer: Pin<&mut Timer>,
+        cx: &mut Context<'_>,
+    ) -> Poll<BoxError> {
+        timer.poll_elapsed(&admitted, cx)
     }
 
     #[inline(always)]
     fn on_answer(
-        admitted: Pin<&mut Timed>,
+        admitted: Pin<&mut Bound>,
         answer: Answer<'_>,
         _: &SharedVerdict,
     ) -> Option<NoEnd> {
         // A call this timeout ended was counted when its time ran out.
         if !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>()) {
-            crate::telemetry::completed(admitted.bound().route());
+            crate::telemetry::completed(admitted.route());
         }
         None
     }

@@ -41,7 +41,9 @@ use fusebox_breaker::{BreakerStage, KeyedStage};
 #[cfg(doc)]
 use fusebox_classify::BoxError;
 use fusebox_classify::context::Scope;
-use fusebox_classify::stage::{Admit, Answer, Http, NoEnd, NoWait, Stage, Staged, StagedFuture};
+use fusebox_classify::stage::{
+    Admit, Answer, Http, NoEnd, NoTimer, NoWait, Stage, Staged, StagedFuture,
+};
 use fusebox_classify::{ClassifiedBody, Classifier, SharedVerdict};
 use fusebox_limit::{Completion, LimitStage};
 use fusebox_timeout::TimeoutStage;
@@ -72,6 +74,7 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
     type Admitted = Option<Guard<C, PolicyStore>>;
     type Waiting = NoWait;
     type End = EosRecorder<C, PolicyStore>;
+    type Timer = NoTimer;
 
     #[inline(always)]
     fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {

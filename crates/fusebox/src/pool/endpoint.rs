@@ -5,7 +5,7 @@ use super::shared::{EJECT, Flight, PASS, Slot};
 use fusebox_breaker::compose::{EosRecorder, Guard};
 use fusebox_breaker::{BreakerStage, MemoryStore, State};
 use fusebox_classify::context::Scope;
-use fusebox_classify::stage::{Admit, Answer, Http, NoWait, Stage, Staged, StagedFuture};
+use fusebox_classify::stage::{Admit, Answer, Http, NoTimer, NoWait, Stage, Staged, StagedFuture};
 use fusebox_classify::{BoxError, ClassifiedBody, Classifier, SharedVerdict, StandardClassifier};
 use http::{Request, Response};
 use http_body::Body;
@@ -82,6 +82,7 @@ impl<B, C: Classifier> Stage<Request<B>> for EndpointStage<C> {
     type Admitted = Admitted<C>;
     type Waiting = NoWait;
     type End = EosRecorder<C, MemoryStore>;
+    type Timer = NoTimer;
 
     #[inline(always)]
     fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Admitted<C>, NoWait> {
