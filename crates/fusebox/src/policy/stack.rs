@@ -27,9 +27,8 @@ use http::{Request, Response};
 use http_body::Body;
 use pin_project::pin_project;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 use tower_service::Service;
 
 pub use crate::policy::stages::{End, Guarded, GuardedBody, GuardedFuture};
@@ -52,27 +51,6 @@ pub type RetryStage<S, C> = Optional<Retry<S, C, FromStages>, S>;
 /// Every stage of a policy around `S`: retry → (circuit breaker → concurrency limit →
 /// timeout) → `S`.
 pub type Stack<S, C> = RetryStage<Guarded<S, C>, C>;
-
-/// How an off stage turns the inner response body into the body type the stage has when it
-/// is on.
-pub trait Passthrough<B> {
-    /// The stage's response body.
-    type Body;
-    /// Wraps `body` without adding any behaviour.
-    fn wrap(body: B) -> Self::Body;
-}
-
-/// The body is forwarded as it is (the retry stage does not change bodies).
-#[derive(Debug, Clone, Copy)]
-pub enum Same {}
-
-impl<B> Passthrough<B> for Same {
-    type Body = B;
-    #[inline]
-    fn wrap(body: B) -> B {
-        body
-    }
-}
 
 /// The future of a stage: the layer's future, or the inner service's future passed
 /// through ([`Passed`]). Closed, as [`Optional`] is.
@@ -101,48 +79,36 @@ where
     }
 }
 
-/// The inner service's future under an off stage: its body wrapped by `P`, its error boxed.
+/// The inner service's future under an off stage, handed on as it is: the answer is not
+/// moved through a wrapper (the off stage has the inner service's body and error types).
 #[pin_project]
 #[derive(Debug)]
-pub struct Passed<F, P> {
+pub struct Passed<F> {
     #[pin]
     inner: F,
-    _p: PhantomData<fn() -> P>,
 }
 
-impl<F, P> Passed<F, P> {
+impl<F> Passed<F> {
     #[inline]
     fn new(inner: F) -> Self {
-        Passed {
-            inner,
-            _p: PhantomData,
-        }
+        Passed { inner }
     }
 }
 
 /// The verdict the stages under an off stage gave the answer, read through it.
-impl<F: Judged, P> Judged for Passed<F, P> {
+impl<F: Judged> Judged for Passed<F> {
     #[inline]
     fn judgement(&self) -> Option<Judgement> {
         self.inner.judgement()
     }
 }
 
-impl<F, P, B, E> Future for Passed<F, P>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-    E: Into<BoxError>,
-    P: Passthrough<B>,
-{
-    type Output = Result<Response<P::Body>, BoxError>;
+impl<F: Future> Future for Passed<F> {
+    type Output = F::Output;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let result = ready!(self.project().inner.poll(cx));
-        Poll::Ready(match result {
-            Ok(response) => Ok(response.map(P::wrap)),
-            Err(e) => Err(e.into()),
-        })
+        self.project().inner.poll(cx)
     }
 }
 
@@ -150,9 +116,8 @@ where
 
 impl<S, C, B, RB> Service<Request<B>> for Optional<Retry<S, C, FromStages>, S>
 where
-    S: Service<Request<ReplayBody<B>>, Response = Response<RB>> + Clone,
+    S: Service<Request<ReplayBody<B>>, Response = Response<RB>, Error = BoxError> + Clone,
     S::Future: Judged,
-    S::Error: Into<BoxError>,
     C: Classifier,
     B: Body,
     B::Data: Clone,
@@ -160,16 +125,14 @@ where
 {
     type Response = Response<RB>;
     type Error = BoxError;
-    type Future = StageFuture<
-        fusebox_retry::future::ResponseFuture<S, C, B, FromStages>,
-        Passed<S::Future, Same>,
-    >;
+    type Future =
+        StageFuture<fusebox_retry::future::ResponseFuture<S, C, B, FromStages>, Passed<S::Future>>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
         match self {
             Optional::On(s) => s.poll_ready(cx),
-            Optional::Off(s) => s.poll_ready(cx).map_err(Into::into),
+            Optional::Off(s) => s.poll_ready(cx),
         }
     }
 
