@@ -90,6 +90,13 @@ where
     }
 }
 
+/// Every change at `paths` in `report` was applied in place.
+fn assert_in_place(report: &fusebox::reload::Reload, paths: &[&str]) {
+    for path in paths {
+        assert_eq!(effect_at(report, path), Effect::InPlace, "{path}: {report}");
+    }
+}
+
 fn names(policy: &Policy) -> Vec<String> {
     policy
         .routes()
@@ -135,13 +142,12 @@ async fn routes_added_and_removed_apply_to_the_next_calls_and_fail_none_in_fligh
 
     let report = running.reload(&shop(&[("GET /items", None), ("GET /new", Some(100))]));
     assert!(report.is_complete(), "{report}");
-    assert_eq!(
-        effect_at(&report, "routes[\"GET /new\"].(route)"),
-        Effect::InPlace
-    );
-    assert_eq!(
-        effect_at(&report, "routes[\"GET /old\"].(route)"),
-        Effect::InPlace
+    assert_in_place(
+        &report,
+        &[
+            "routes[\"GET /new\"].(route)",
+            "routes[\"GET /old\"].(route)",
+        ],
     );
     assert_eq!(in_flight.await.unwrap(), "elapsed GET /old 80ms");
 
@@ -284,13 +290,9 @@ async fn a_reload_past_the_tables_ids_applies_all_but_the_added_routes() {
         effect_at(&report, "routes[\"GET /n1\"].(route)"),
         Effect::NeedsRebuild(_)
     ));
-    assert_eq!(
-        effect_at(&report, "routes[\"GET /a\"].(route)"),
-        Effect::InPlace
-    );
-    assert_eq!(
-        effect_at(&report, "routes[\"GET /b\"].timeout"),
-        Effect::InPlace
+    assert_in_place(
+        &report,
+        &["routes[\"GET /a\"].(route)", "routes[\"GET /b\"].timeout"],
     );
     assert_eq!(names(&running), ["default", "GET /b"]);
     let svc = running.layer(tower::service_fn(dependency));

@@ -82,6 +82,14 @@ mod tests {
     use super::*;
     use fusebox_classify::Route;
 
+    /// A timeout whose routes without one of their own take 1 s.
+    fn one_second() -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .default_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap()
+    }
+
     #[test]
     fn routes_without_a_timeout_follow_the_default_and_changes_apply() {
         let routes = RouteTable::builder(Route::default())
@@ -91,11 +99,7 @@ mod tests {
             )
             .build()
             .unwrap();
-        let config = TimeoutConfig::builder()
-            .default_timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        let t = Timeouts::new(&routes, &config);
+        let t = Timeouts::new(&routes, &one_second());
         let (default, fast) = {
             let mut ids = routes.iter().map(|(id, _, _)| id);
             (ids.next().unwrap(), ids.next().unwrap())
@@ -134,11 +138,7 @@ mod tests {
             .route("GET /a", Route::default().timeout(ms(100)))
             .build()
             .unwrap();
-        let config = TimeoutConfig::builder()
-            .default_timeout(Duration::from_secs(1))
-            .build()
-            .unwrap();
-        let t = Timeouts::new(&routes, &config);
+        let t = Timeouts::new(&routes, &one_second());
         let a = routes.id_of("GET /a").unwrap();
         let mut edit = routes.edit();
         edit.add("GET /b", Route::default().timeout(ms(30)))
