@@ -9,7 +9,9 @@
 //!   no slow-call threshold), for plain requests or HTTP ones;
 //! - `policy`, `tower-stack`: the policy bench's full `Policy` (retry budget, breaker,
 //!   limit, timeout) and tower's stack (tower's `Retry` over a `TpsBudget`, fusebox's
-//!   breaker, tower's `ConcurrencyLimit` and `Timeout`), for the bench's request.
+//!   breaker, tower's `ConcurrencyLimit` and `Timeout`), for the bench's request;
+//! - `policy-none`, `bare`: a `Policy` with no layer, and no layer at all, for the same
+//!   request (what a policy's frame costs a call, whatever is configured).
 //!
 //! Every call goes to a service that answers at once, and is polled ready and to
 //! completion with a no-op waker. Run it with two call counts and divide the difference of
@@ -135,6 +137,8 @@ fn main() {
                 run(stack, calls, request);
             }
         }
-        other => panic!("`plain`, `http`, `policy` or `tower-stack`, not {other:?}"),
+        other => panic!(
+            "`plain`, `http`, `policy`, `tower-stack`, `policy-none` or `bare`, not {other:?}"
+        ),
     }
 }

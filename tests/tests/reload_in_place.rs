@@ -1,5 +1,7 @@
 //! Reload in place, one kind of change per test, on paused time with calls in flight: the
-//! retry layer's settings, the limit's queue and its adaptive algorithm's settings. Each
+//! retry layer's settings, the limit's queue (its size, the queue removed and added) and
+//! its kind and algorithm (an adaptive algorithm's settings, another algorithm, a fixed
+//! limit and back). Each
 //! test shows the running value before, reloads while calls are in flight, checks that no
 //! call failed because of the reload, and that the next call runs under the new value.
 
@@ -219,13 +221,35 @@ async fn a_reloaded_queue_size_applies_to_the_next_call() {
         Some(2)
     );
 
-    // A queue removed cannot be applied in place: reported, the queue stays.
+    // The queue removed, in place, while one call is in flight and one waits: the waiter
+    // keeps its place and is served; the next calls that find the limit full are shed.
     let unqueued = Policy::builder("dep").concurrency_limit(1).build().unwrap();
+    let seen = Arc::new(Seen::default());
+    let callers = load(svc.clone(), 2, 1, &seen);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(running.limit_handle().unwrap().waiting(), 1);
     let report = running.reload(&unqueued);
-    assert!(!report.is_complete(), "{report}");
-    assert!(matches!(report.changes[0].effect, Effect::NeedsRebuild(_)));
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(report.changes[0].path, "limit.queue");
+    assert_eq!(report.changes[0].effect, Effect::InPlace);
+    join(callers).await;
+    assert_eq!(seen.ok.load(Ordering::SeqCst), 2, "the waiter was served");
+    assert_eq!(running.limit_handle().unwrap().queue(), None);
     let seen = three_at_once(&svc).await;
-    assert_eq!(seen.ok.load(Ordering::SeqCst), 3, "still queued");
+    assert_eq!(
+        (
+            seen.ok.load(Ordering::SeqCst),
+            seen.shed.load(Ordering::SeqCst)
+        ),
+        (1, 2),
+        "no queue: the two that find the limit full are shed"
+    );
+
+    // And added back, in place: the next calls wait again.
+    let report = running.reload(&queued(2));
+    assert!(report.is_complete(), "{report}");
+    let seen = three_at_once(&svc).await;
+    assert_eq!(seen.ok.load(Ordering::SeqCst), 3, "queued again");
 }
 
 fn adaptive(limit: fusebox::limit::Limit) -> Policy {
@@ -294,9 +318,44 @@ async fn reloaded_adaptive_settings_apply_in_place_and_keep_the_limit() {
     assert!(report.is_complete(), "{report}");
     assert_eq!(limit.limit(), 2);
 
-    // A fixed limit instead: reported, not applied.
+    // A fixed limit instead, in place, under load: the value is the file's from the next
+    // call on, and the algorithm no longer moves it.
     let fixed = Policy::builder("dep").concurrency_limit(3).build().unwrap();
+    let seen = Arc::new(Seen::default());
+    let callers = load(svc.clone(), 4, 20, &seen);
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let report = running.reload(&fixed);
-    assert!(!report.is_complete(), "{report}");
-    assert_eq!(limit.limit(), 2);
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(limit.limit(), 3);
+    assert!(limit.set_limit(4), "a fixed limit takes a value by hand");
+    join(callers).await;
+    assert_eq!(
+        seen.other.load(Ordering::SeqCst),
+        0,
+        "no call failed because of the reload"
+    );
+    assert_eq!(limit.limit(), 4, "no algorithm moved it");
+
+    // And adaptive again, in place: AIMD starts from the limit in force and moves it.
+    let report = running.reload(&adaptive(Limit::Aimd(
+        AimdConfig::new()
+            .min_limit(1)
+            .initial_limit(30)
+            .max_limit(50),
+    )));
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(
+        limit.limit(),
+        4,
+        "from the limit in force, not the initial one"
+    );
+    assert!(!limit.set_limit(9), "the algorithm owns the value");
+    let seen = Arc::new(Seen::default());
+    join(load(svc.clone(), 4, 20, &seen)).await;
+    assert_eq!(seen.other.load(Ordering::SeqCst), 0);
+    assert!(
+        limit.limit() > 4,
+        "its successes raised it: {}",
+        limit.limit()
+    );
 }

@@ -41,7 +41,7 @@
 //! ```
 //! use fusebox_classify::context::Scope;
 //! use fusebox_classify::{Route, RouteTable};
-//! use http::{Method, Request};
+//! use http::Request;
 //!
 //! let table = RouteTable::builder(Route::default())
 //!     .route("GET /users/{id}", Route::default())

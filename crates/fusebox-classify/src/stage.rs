@@ -913,6 +913,7 @@ where
                             response,
                             this.phase,
                             this.admitted,
+                            this.timer,
                         )));
                     }
                     Poll::Ready(Err(error)) => error.into(),
@@ -935,7 +936,12 @@ where
                 },
                 PhaseProj::Done { .. } => panic!("fusebox StagedFuture polled after completion"),
             };
-            return Poll::Ready(Err(failed::<S, Req, St>(error, this.phase, this.admitted)));
+            return Poll::Ready(Err(failed::<S, Req, St>(
+                error,
+                this.phase,
+                this.admitted,
+                this.timer,
+            )));
         }
     }
 }
@@ -995,6 +1001,7 @@ fn answered<S, R, Req, St, P>(
     mut response: R,
     mut phase: Pin<&mut Phase<S, Req, St>>,
     mut admitted: Pin<&mut Option<St::Admitted>>,
+    mut timer: Pin<&mut St::Timer>,
 ) -> P::Output<St::End>
 where
     S: Service<Req>,
@@ -1007,6 +1014,8 @@ where
         None => None,
     };
     admitted.set(None);
+    // A timer armed while the call was pending goes with it, whoever keeps this future.
+    timer.set(St::Timer::default());
     // Only a verdict has to be kept: with none (a plain answer, which no stage judges), the
     // phase stays as it is — `judgement` answers `None` for it as for `Done` — and the
     // transition, which drops the whole phase out of line, is not paid on every call.
@@ -1031,6 +1040,7 @@ fn failed<S, Req, St>(
     error: BoxError,
     mut phase: Pin<&mut Phase<S, Req, St>>,
     mut admitted: Pin<&mut Option<St::Admitted>>,
+    mut timer: Pin<&mut St::Timer>,
 ) -> BoxError
 where
     S: Service<Req>,
@@ -1042,6 +1052,7 @@ where
         None => None,
     };
     admitted.set(None);
+    timer.set(St::Timer::default());
     phase.set(Phase::Done {
         judgement: verdict.judgement(),
     });

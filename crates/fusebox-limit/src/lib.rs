@@ -180,7 +180,6 @@ pub use crate::config::{
 };
 pub use crate::future::ResponseFuture;
 pub use crate::layer::{ConcurrencyLimitLayer, ConcurrencyLimitLayerBuilder};
-pub use crate::limiter::Reconfigure;
 pub use crate::observe::{LimitHandle, WeakLimitHandle};
 pub use crate::partition::{Partitioner, Partitions, Unpartitioned};
 #[cfg(feature = "serde")]

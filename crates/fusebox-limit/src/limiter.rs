@@ -20,13 +20,19 @@ use fusebox_classify::error::Overloaded;
 use fusebox_classify::shard::{Lease, Leases};
 use fusebox_classify::{Classifier, Clock, Nanos, Outcome, RouteId, RouteTable, Verdict};
 #[cfg(fusebox_loom)]
-use loom::sync::{Mutex, MutexGuard, atomic::AtomicUsize};
+use loom::sync::{
+    Mutex, MutexGuard,
+    atomic::{AtomicBool, AtomicUsize},
+};
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::Ordering::*;
 use std::sync::{Arc, PoisonError};
 #[cfg(not(fusebox_loom))]
-use std::sync::{Mutex, MutexGuard, atomic::AtomicUsize};
+use std::sync::{
+    Mutex, MutexGuard,
+    atomic::{AtomicBool, AtomicUsize},
+};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -49,9 +55,9 @@ pub(crate) struct Limiter<C> {
     pub(crate) name: Arc<str>,
     pub(crate) release: Release,
     pub(crate) retry_after: Duration,
-    /// The queue, if the limit was built with one; a reload may change its size and wait
-    /// ([`Limiter::reconfigure`]).
-    queue: Option<QueueNow>,
+    /// The queue's settings now, and whether there is one: a reload may add one, remove it,
+    /// or change its size and wait ([`Limiter::reconfigure`]).
+    queue: QueueNow,
     pub(crate) table: RouteTable<C>,
     pub(crate) clock: Clock,
     partitioned: bool,
@@ -60,7 +66,12 @@ pub(crate) struct Limiter<C> {
     shares: Box<[f64]>,
     log_step: usize,
     slow: Mutex<Slow>,
-    adaptive: Option<Mutex<Adaptive>>,
+    /// Whether the limit is adaptive now: its calls are timed and fed to `adaptive`'s
+    /// algorithm, which owns the limit's value. A reload may turn it on or off
+    /// ([`Limiter::reconfigure`]); a call reads it once, when admitted.
+    adaptive_on: AtomicBool,
+    /// The adaptive algorithm, while the limit is adaptive.
+    adaptive: Mutex<Option<Adaptive>>,
     pub(crate) metrics: Metrics,
     pub(crate) extension_methods: ExtensionMethods,
 }
@@ -78,16 +89,33 @@ impl<C> fmt::Debug for Limiter<C> {
 }
 
 /// A queue's settings as calls read them now: each a relaxed atomic, read once where it is
-/// used (a reload stores new values; a call sees them from its next read on).
+/// used (a reload stores new values; a call sees them from its next read on), and whether
+/// there is a queue.
 #[derive(Debug)]
 struct QueueNow {
+    /// Whether a call that finds the limit full may queue (else it is shed at once).
+    accepts: AtomicBool,
+    /// Whether the limit has had a queue since it was built: from then on, a release looks
+    /// for waiters, and a call never goes ahead of one. Never turned off, so that waiters
+    /// a reload leaves queued when it removes the queue are still served.
+    ///
+    /// A release that finds it off does not look for waiters, so a call that queues because
+    /// a reload has just turned it on must see that release's permit itself: the queued
+    /// call's admission attempt reads the permit count with a read-modify-write
+    /// (`Limiter::admit_counter`), which reads the latest count. If that count is not yet
+    /// the release's, the release's decrement reads from the attempt and so comes after
+    /// the reload's store (which the queued call saw): the release then finds the queue
+    /// and the waiter. (Checked by `loom_model`.)
+    since: AtomicBool,
     max_waiters: AtomicUsize,
     max_wait_nanos: std::sync::atomic::AtomicU64,
 }
 
 impl QueueNow {
-    fn new(q: &QueueConfig) -> Self {
+    fn new(q: Option<&QueueConfig>) -> Self {
         let now = QueueNow {
+            accepts: AtomicBool::new(false),
+            since: AtomicBool::new(false),
             max_waiters: AtomicUsize::new(0),
             max_wait_nanos: Default::default(),
         };
@@ -95,47 +123,39 @@ impl QueueNow {
         now
     }
 
-    fn set(&self, q: &QueueConfig) {
-        self.max_waiters.store(q.max_waiters(), Relaxed);
-        self.max_wait_nanos.store(
-            fusebox_classify::clock::duration_nanos(q.max_wait()),
-            Relaxed,
-        );
+    /// Takes `q`'s settings, or removes the queue: calls that find the limit full are then
+    /// shed, and waiters already queued keep their places and deadlines.
+    fn set(&self, q: Option<&QueueConfig>) {
+        match q {
+            Some(q) => {
+                self.max_waiters.store(q.max_waiters(), Relaxed);
+                self.max_wait_nanos.store(
+                    fusebox_classify::clock::duration_nanos(q.max_wait()),
+                    Relaxed,
+                );
+                self.since.store(true, Release);
+                self.accepts.store(true, Release);
+            }
+            None => self.accepts.store(false, Release),
+        }
     }
 
-    fn get(&self) -> QueueConfig {
-        QueueConfig::new(
-            self.max_waiters.load(Relaxed),
-            Duration::from_nanos(self.max_wait_nanos.load(Relaxed)),
-        )
-    }
-}
-
-/// Why a limit did not take new settings in place
-/// ([`LimitHandle::reconfigure`](crate::LimitHandle::reconfigure)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Reconfigure {
-    /// A fixed limit would become adaptive, or an adaptive one fixed.
-    Kind,
-    /// A queue would be added or removed.
-    Queue,
-}
-
-impl fmt::Display for Reconfigure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Reconfigure::Kind => {
-                "a limit is built fixed or adaptive: an adaptive limit's calls are timed and fed to its algorithm, a fixed limit's are not"
-            }
-            Reconfigure::Queue => {
-                "a limit is built with or without a queue: without one, a call that finds it full is shed without a look for waiters"
-            }
+    /// The queue's settings, if there is one now.
+    fn get(&self) -> Option<QueueConfig> {
+        self.accepts.load(Relaxed).then(|| {
+            QueueConfig::new(
+                self.max_waiters.load(Relaxed),
+                Duration::from_nanos(self.max_wait_nanos.load(Relaxed)),
+            )
         })
     }
-}
 
-impl std::error::Error for Reconfigure {}
+    /// Whether releases must look for waiters, and calls must not go ahead of them.
+    #[inline]
+    fn has_had_one(&self) -> bool {
+        self.since.load(Acquire)
+    }
+}
 
 /// What the slow paths share, behind one lock.
 struct Slow {
@@ -160,6 +180,25 @@ enum Algorithm {
 }
 
 impl Algorithm {
+    /// The algorithm of an adaptive `limit`, taking over from `running` (the limit's
+    /// algorithm now, if it is adaptive) at the limit `current`: the same algorithm takes
+    /// the new settings, keeping its value and measurements; another, or a limit that was
+    /// fixed, starts from `current` (Vegas first measures the no-load latency, at its
+    /// minimum, as it does when built). `None` for a fixed `limit`.
+    fn taking(limit: &Limit, running: Option<&Algorithm>, current: usize) -> Option<Algorithm> {
+        Some(match (limit, running) {
+            (Limit::Aimd(c), Some(Algorithm::Aimd(running))) => {
+                Algorithm::Aimd(running.reconfigured(c))
+            }
+            (Limit::Vegas(c), Some(Algorithm::Vegas(running))) => {
+                Algorithm::Vegas(running.reconfigured(c))
+            }
+            (Limit::Aimd(c), _) => Algorithm::Aimd(Aimd::new(&c.clone().initial_limit(current))),
+            (Limit::Vegas(c), _) => Algorithm::Vegas(Vegas::new(&c.clone().initial_limit(current))),
+            (Limit::Fixed(_), _) => return None,
+        })
+    }
+
     fn update(&mut self, sample: &Sample) -> usize {
         match self {
             Algorithm::Aimd(a) => a.update(sample),
@@ -228,7 +267,7 @@ impl<C> Limiter<C> {
             name: Arc::clone(&config.name),
             release: config.release(),
             retry_after: config.retry_after(),
-            queue: config.queue().map(QueueNow::new),
+            queue: QueueNow::new(config.queue()),
             table,
             clock: Clock::new(),
             partitioned: !shares.is_empty(),
@@ -241,12 +280,11 @@ impl<C> Limiter<C> {
                 unlisted_in_flight: 0,
                 reserved: vec![0; shares.len()],
             }),
-            adaptive: adaptive.map(|algorithm| {
-                Mutex::new(Adaptive {
-                    algorithm,
-                    reported: initial,
-                })
-            }),
+            adaptive_on: AtomicBool::new(adaptive.is_some()),
+            adaptive: Mutex::new(adaptive.map(|algorithm| Adaptive {
+                algorithm,
+                reported: initial,
+            })),
             metrics,
             extension_methods: ExtensionMethods::default(),
         }
@@ -261,71 +299,60 @@ impl<C> Limiter<C> {
 
     /// The queue's settings now, if the limit has a queue.
     pub(crate) fn queue(&self) -> Option<QueueConfig> {
-        self.queue.as_ref().map(QueueNow::get)
+        self.queue.get()
     }
 
-    /// Takes `config`'s limit (the fixed value, or the same algorithm's settings) and
-    /// queue size and wait from now on, keeping the permits in flight, the waiters and an
-    /// adaptive limit's current value and measurements. Changes nothing, and says why,
-    /// when the limit would change kind (fixed or adaptive) or gain or lose its queue.
-    pub(crate) fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure> {
-        let adaptive = !matches!(config.limit(), Limit::Fixed(_));
-        if adaptive != self.adaptive.is_some() {
-            return Err(Reconfigure::Kind);
-        }
-        if config.queue().is_some() != self.queue.is_some() {
-            return Err(Reconfigure::Queue);
-        }
-        if let (Some(now), Some(q)) = (&self.queue, config.queue()) {
-            // Waiters already queued past a smaller size keep their places; more room
-            // changes no one's admission.
-            now.set(q);
-        }
-        match (config.limit(), &self.adaptive) {
-            (Limit::Fixed(max), _) => {
-                self.set_limit(*max);
-            }
-            (limit, Some(adaptive)) => {
-                let (old, new) = {
-                    let mut a = lock(adaptive);
-                    let current = self.limit.load(Relaxed);
-                    a.algorithm = match (limit, &a.algorithm) {
-                        (Limit::Aimd(c), Algorithm::Aimd(running)) => {
-                            Algorithm::Aimd(running.reconfigured(c))
-                        }
-                        (Limit::Vegas(c), Algorithm::Vegas(running)) => {
-                            Algorithm::Vegas(running.reconfigured(c))
-                        }
-                        // Another algorithm: AIMD starts from the limit in force now; Vegas
-                        // first measures the no-load latency (at its minimum), as it does
-                        // when built.
-                        (Limit::Aimd(c), _) => {
-                            Algorithm::Aimd(Aimd::new(&c.clone().initial_limit(current)))
-                        }
-                        (Limit::Vegas(c), _) => {
-                            Algorithm::Vegas(Vegas::new(&c.clone().initial_limit(current)))
-                        }
-                        (Limit::Fixed(_), _) => return Err(Reconfigure::Kind),
-                    };
-                    let new = a.algorithm.limit();
-                    if new != current {
-                        self.limit.store(new, SeqCst);
-                        self.metrics.limit.set(new as f64);
-                    }
-                    (current, new)
-                };
-                if new > old && waiters_seen(&self.waiting) != 0 {
-                    let mut slow = lock(&self.slow);
-                    self.pump(&mut slow);
+    /// Takes `config`'s limit and queue from now on, keeping the permits in flight and the
+    /// waiters: a fixed value; an adaptive algorithm's settings (keeping its current value,
+    /// within the new bounds, and its measurements), another algorithm (AIMD starts from
+    /// the limit in force; Vegas first measures the no-load latency at its minimum, as when
+    /// built), or a limit turned adaptive (its algorithm starts from the limit in force) or
+    /// fixed; a queue's size and wait, a queue added, or a queue removed (calls that find
+    /// the limit full are then shed; waiters already queued keep their places and
+    /// deadlines). A call admitted before is finished under the kind it was admitted with:
+    /// an adaptive limit's sample is dropped once the limit is fixed, and a call admitted
+    /// under a fixed limit is not sampled.
+    pub(crate) fn reconfigure(&self, config: &ConcurrencyLimitConfig) {
+        self.queue.set(config.queue());
+        let (old, new) = match config.limit() {
+            Limit::Fixed(max) => {
+                if self.adaptive_on.swap(false, SeqCst) {
+                    *lock(&self.adaptive) = None;
                 }
+                self.set_fixed(*max);
+                return;
             }
-            (_, None) => return Err(Reconfigure::Kind),
+            limit => {
+                let mut adaptive = lock(&self.adaptive);
+                let current = self.limit.load(Relaxed);
+                let running = adaptive.as_ref().map(|a| &a.algorithm);
+                let Some(algorithm) = Algorithm::taking(limit, running, current) else {
+                    return;
+                };
+                let new = algorithm.limit();
+                let reported = adaptive.as_ref().map_or(current, |a| a.reported);
+                *adaptive = Some(Adaptive {
+                    algorithm,
+                    reported,
+                });
+                self.adaptive_on.store(true, SeqCst);
+                if new != current {
+                    self.limit.store(new, SeqCst);
+                    self.metrics.limit.set(new as f64);
+                }
+                (current, new)
+            }
+        };
+        if new > old && waiters_seen(&self.waiting) != 0 {
+            let mut slow = lock(&self.slow);
+            self.pump(&mut slow);
         }
-        Ok(())
     }
 
+    /// Whether the limit is adaptive now (its calls are timed and fed to its algorithm).
+    #[inline]
     pub(crate) fn is_adaptive(&self) -> bool {
-        self.adaptive.is_some()
+        self.adaptive_on.load(Relaxed)
     }
 
     pub(crate) fn limit(&self) -> usize {
@@ -343,9 +370,15 @@ impl<C> Limiter<C> {
     /// Sets a fixed limit to `limit` (at least 1) and admits waiters it makes room for.
     /// Returns `false`, changing nothing, for an adaptive limit: its algorithm owns the value.
     pub(crate) fn set_limit(&self, limit: usize) -> bool {
-        if self.adaptive.is_some() {
+        if self.is_adaptive() {
             return false;
         }
+        self.set_fixed(limit);
+        true
+    }
+
+    /// Sets the limit to `limit` (at least 1) and admits waiters it makes room for.
+    fn set_fixed(&self, limit: usize) {
         let limit = limit.max(1);
         let old = self.limit.swap(limit, SeqCst);
         if old != limit {
@@ -357,7 +390,6 @@ impl<C> Limiter<C> {
             let mut slow = lock(&self.slow);
             self.pump(&mut slow);
         }
-        true
     }
 
     /// The error a shed call fails with; counts it.
@@ -377,10 +409,10 @@ impl<C> Limiter<C> {
             let mut slow = lock(&self.slow);
             self.waiting.load(SeqCst) == 0 && self.admit_locked(&mut slow, partition).is_some()
         } else {
-            if self.queue.is_some() && self.waiting.load(SeqCst) != 0 {
+            if self.queue.has_had_one() && self.waiting.load(SeqCst) != 0 {
                 return false;
             }
-            self.admit_counter().is_some()
+            self.admit_counter(false).is_some()
         };
         if admitted {
             self.metrics.in_flight.increment(1.0);
@@ -394,11 +426,17 @@ impl<C> Limiter<C> {
         self.shares.len()
     }
 
-    /// One compare-and-swap: a slot below the limit, or `None`.
+    /// One compare-and-swap: a slot below the limit, or `None`. `latest`: the count is
+    /// first read with a read-modify-write, so that it is the latest one (a queued call's
+    /// attempt; see `QueueNow::since`), not a plain load (a call's first attempt).
     #[inline]
-    fn admit_counter(&self) -> Option<usize> {
+    fn admit_counter(&self, latest: bool) -> Option<usize> {
         let limit = self.limit.load(Relaxed);
-        let mut current = self.in_flight.load(Relaxed);
+        let mut current = if latest {
+            self.in_flight.fetch_add(0, AcqRel)
+        } else {
+            self.in_flight.load(Relaxed)
+        };
         loop {
             if current >= limit {
                 return None;
@@ -417,7 +455,7 @@ impl<C> Limiter<C> {
     /// it; returns the calls in flight with it.
     fn admit_locked(&self, slow: &mut Slow, partition: Option<u16>) -> Option<usize> {
         if !self.partitioned {
-            return self.admit_counter();
+            return self.admit_counter(true);
         }
         let limit = self.limit.load(Relaxed);
         if self.in_flight.load(SeqCst) >= limit {
@@ -463,7 +501,7 @@ impl<C> Limiter<C> {
         // both land in `waiting`'s one modification order, each reading the latest value:
         // if this one comes first, the waiter's increment acquires from it, and so sees
         // the decrement above. (Checked by `loom_model`.)
-        if self.queue.is_some() && waiters_seen(&self.waiting) != 0 {
+        if self.queue.has_had_one() && waiters_seen(&self.waiting) != 0 {
             let mut slow = lock(&self.slow);
             self.pump(&mut slow);
         }
@@ -520,9 +558,10 @@ impl<C> Limiter<C> {
 
     /// Queues a call that found the limit full: its slot in the queue, or why it is shed.
     fn enqueue(&self, partition: Option<u16>) -> Result<(usize, u64), Shed> {
-        let Some(queue) = &self.queue else {
+        let queue = &self.queue;
+        if !queue.accepts.load(Acquire) {
             return Err(Shed::Full);
-        };
+        }
         let max_waiters = queue.max_waiters.load(Relaxed);
         let mut slow = lock(&self.slow);
         if slow.queue.order.len() >= max_waiters {
@@ -585,11 +624,15 @@ impl<C> Limiter<C> {
 
     /// Feeds a finished call to the adaptive algorithm (nothing for a fixed limit).
     pub(crate) fn record(&self, sample: Sample) {
-        let Some(adaptive) = &self.adaptive else {
+        if !self.is_adaptive() {
             return;
-        };
+        }
         let (old, new) = {
-            let mut a = lock(adaptive);
+            let mut adaptive = lock(&self.adaptive);
+            // Made fixed by a reload since the call was admitted: its sample is dropped.
+            let Some(a) = adaptive.as_mut() else {
+                return;
+            };
             let old = self.limit.load(Relaxed);
             let new = a.algorithm.update(&sample);
             if new != old {
@@ -624,7 +667,7 @@ impl<C: Classifier> Limiter<C> {
     /// to the adaptive algorithm: ignored verdicts are not counted; failures, and calls the
     /// route deems slow, are drops.
     pub(crate) fn record_verdict(&self, route: RouteId, verdict: Verdict, start: u32) {
-        if self.adaptive.is_none() || verdict.outcome() == Outcome::Ignored {
+        if !self.is_adaptive() || verdict.outcome() == Outcome::Ignored {
             return;
         }
         let end = self.clock.now();
@@ -750,7 +793,7 @@ impl<C: Send + Sync> Observe for Lane<C> {
     fn set_limit(&self, limit: usize) -> bool {
         self.limiter().set_limit(limit)
     }
-    fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure> {
+    fn reconfigure(&self, config: &ConcurrencyLimitConfig) {
         self.limiter().reconfigure(config)
     }
     fn queue(&self) -> Option<QueueConfig> {
@@ -935,7 +978,7 @@ pub(crate) trait Observe: Send + Sync + fmt::Debug {
     fn in_flight(&self) -> usize;
     fn waiting(&self) -> usize;
     fn set_limit(&self, limit: usize) -> bool;
-    fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure>;
+    fn reconfigure(&self, config: &ConcurrencyLimitConfig);
     fn queue(&self) -> Option<QueueConfig>;
 }
 

@@ -19,7 +19,7 @@
 //! that moved it was a drop), `latency_us` and `in_flight`.
 
 use crate::config::{ConcurrencyLimitConfig, QueueConfig};
-use crate::limiter::{Observe, Reconfigure};
+use crate::limiter::Observe;
 use fusebox_classify::series::{self, Family, Kind, Series, SeriesBuilder, label};
 use metrics::{Counter, Gauge};
 use std::fmt;
@@ -159,20 +159,26 @@ impl LimitHandle {
         self.inner.queue()
     }
 
-    /// Takes `config`'s settings from the next call on, keeping the permits in flight and
-    /// the waiters (a reload of a running limit): a fixed limit's value (as
-    /// [`set_limit`](LimitHandle::set_limit)); an adaptive limit's settings, keeping its
-    /// current value (within the new bounds) and measurements — or another adaptive
-    /// algorithm (AIMD starts from the current value; Vegas first measures the no-load
-    /// latency at its minimum, as when built); the queue's size and wait (waiters
-    /// already queued keep their places and their deadlines). `config`'s name, release,
-    /// `retry_after` and `log_step` are not read.
+    /// Takes `config`'s limit and queue from the next call on, keeping the permits in
+    /// flight and the waiters (a reload of a running limit):
     ///
-    /// Refused, changing nothing, when the limit would turn fixed from adaptive or
-    /// adaptive from fixed, or gain or lose its queue ([`Reconfigure`]).
+    /// - a fixed value (as [`set_limit`](LimitHandle::set_limit));
+    /// - an adaptive algorithm's settings, keeping its current value (within the new
+    ///   bounds) and measurements; another adaptive algorithm (AIMD starts from the
+    ///   current value; Vegas first measures the no-load latency at its minimum, as when
+    ///   built);
+    /// - a fixed limit made adaptive (its algorithm starts from the limit in force), or an
+    ///   adaptive one made fixed. Calls admitted before finish under the kind they were
+    ///   admitted with: a call admitted under the fixed limit is not sampled, and an
+    ///   adaptive call's sample is dropped once the limit is fixed;
+    /// - the queue's size and wait, a queue added, or the queue removed: calls that find
+    ///   the limit full are then shed at once, and waiters already queued keep their
+    ///   places and deadlines.
+    ///
+    /// `config`'s name, release, `retry_after` and `log_step` are not read.
     ///
     /// ```
-    /// use fusebox_limit::{AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitLayer, Reconfigure};
+    /// use fusebox_limit::{AimdConfig, ConcurrencyLimitConfig, ConcurrencyLimitLayer};
     /// use std::time::Duration;
     ///
     /// let config = |max_waiters| {
@@ -183,14 +189,17 @@ impl LimitHandle {
     /// };
     /// let layer = ConcurrencyLimitLayer::new(config(8)?);
     /// let handle = layer.handle();
-    /// handle.reconfigure(&config(32)?)?;
+    /// handle.reconfigure(&config(32)?);
     /// assert_eq!(handle.queue().map(|q| q.max_waiters()), Some(32));
     ///
-    /// let fixed = ConcurrencyLimitConfig::builder().max_concurrency(10).build()?;
-    /// assert_eq!(handle.reconfigure(&fixed), Err(Reconfigure::Kind));
+    /// // Fixed at 12, without a queue: the value is the limit's, no longer an algorithm's.
+    /// let fixed = ConcurrencyLimitConfig::builder().max_concurrency(12).build()?;
+    /// handle.reconfigure(&fixed);
+    /// assert_eq!((handle.limit(), handle.queue()), (12, None));
+    /// assert!(handle.set_limit(20), "a fixed limit takes a value");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn reconfigure(&self, config: &ConcurrencyLimitConfig) -> Result<(), Reconfigure> {
+    pub fn reconfigure(&self, config: &ConcurrencyLimitConfig) {
         self.inner.reconfigure(config)
     }
 }

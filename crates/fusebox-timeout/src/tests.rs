@@ -244,6 +244,25 @@ async fn a_body_timeout_ends_the_stream_with_elapsed() {
     drop(tx);
 }
 
+/// A call that answers after its timer was armed (it was pending once) takes the timer
+/// with it: whoever keeps the finished future (a retry keeps its attempt's), no `Sleep`
+/// stays registered to wake the task for nothing when the time runs out.
+#[tokio::test(start_paused = true)]
+async fn an_answered_call_keeps_no_armed_timer() {
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer());
+    assert_ready_ok!(service.poll_ready());
+    let mut call = task::spawn(service.call(get("/fast")));
+    let (_req, reply) = handle.next_request().await.unwrap();
+    assert_pending!(call.poll(), "the timer is armed");
+    advance(ms(10)).await;
+    reply.send_response(done());
+    assert!(call.is_woken());
+    assert_ready_ok!(call.poll());
+    // Past the route's 100 ms: nothing wakes the task that still holds the future.
+    advance(ms(500)).await;
+    assert!(!call.is_woken(), "a finished call's timer fired");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_body_that_finishes_in_time_drops_its_timer() {
     let config = TimeoutConfig::builder()

@@ -14,7 +14,7 @@
 //! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure) |
 //! | an adaptive limit's settings (bounds, ratios, Vegas' alpha, beta, probing), or another adaptive algorithm (AIMD ↔ Vegas) | yes | the algorithm takes the new settings under the lock its samples already take, keeping its current limit (within the new bounds), its measurements and the congestion episode; AIMD taken anew starts from the limit in force, Vegas first measures the no-load latency at its minimum, as when built |
 //! | the queue's `max_waiters` and `max_wait` | yes | two atomics the limit reads where a call queues; waiters already queued keep their places and deadlines |
-//! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | no | a limit is built with or without an adaptive algorithm (only an adaptive limit holds one, and only its calls are timed and fed to it) and with or without a queue (without one, a release never looks for waiters: a queue turned on while a release skips that look could leave a waiter unserved until its deadline). Switching either in place is possible — calls admitted before the switch would finish under the kind they started with — but is not done: it needs the limit's kind and queue to become state its call path reads atomically, with the ordering the queue's wake-ups rely on checked again by the loom model |
+//! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | yes, without a recovery ramp | whether the limit is adaptive, and whether it has a queue, are state the call path reads per call ([`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure)): a limit made adaptive starts its algorithm from the limit in force; calls admitted before finish under the kind they were admitted with (a call admitted under the fixed limit is not sampled, an adaptive call's sample is dropped once the limit is fixed); a removed queue sheds the next calls that find the limit full, and its waiters keep their places and deadlines. Once a limit has had a queue, its releases always look for waiters (one atomic read-modify-write each), so that one added while a release runs loses no wake-up (checked by the limit's loom model) |
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
 //! | a route's classifier rules, slow-call threshold, timeout, `retry` and `idempotent` (of the default route too, with what the named routes inherit from it) | yes, for the routes both tables hold | every stage reads one route table, shared: each route the new table holds under the same name takes the new route's settings in one swap ([`RouteTable::replace_route`]); the route keeps its id, so calls already resolved to it stay on it. A policy built without a table of its own reads the process-wide default one ([`RouteTable::default`]), which is never replaced: reported as needing a rebuild |
@@ -505,16 +505,7 @@ fn limit<C: Classifier>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: b
         .retry_after(cur.retry_after())
         .log_step(cur.log_step())
         .build();
-    let kind = |l: &Limit| matches!(l, Limit::Fixed(_));
-    let effect = if kind(cur.limit()) != kind(to.limit()) {
-        Effect::NeedsRebuild(
-            "a limit is built fixed or adaptive: an adaptive limit's calls are timed and fed to its algorithm, a fixed limit's are not",
-        )
-    } else if cur.queue().is_some() != to.queue().is_some() {
-        Effect::NeedsRebuild(
-            "a limit is built with or without a queue: without one, a full limit sheds without a look for waiters",
-        )
-    } else if old.ramp.is_some() && cur.limit() != to.limit() {
+    let effect = if old.ramp.is_some() && cur.limit() != to.limit() {
         Effect::NeedsRebuild("a recovery ramp owns the limit's value")
     } else {
         Effect::InPlace
@@ -537,18 +528,8 @@ fn limit<C: Classifier>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: b
     if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, next)
         && d.changes.len() > before
     {
-        match handle.reconfigure(&next) {
-            Ok(()) => old.set_limit_config(Some(next)),
-            Err(why) => {
-                let why = match why {
-                    fusebox_limit::Reconfigure::Kind => "the limit refused: another kind of limit",
-                    _ => "the limit refused: a queue added or removed",
-                };
-                for c in &mut d.changes[before..] {
-                    c.effect = Effect::NeedsRebuild(why);
-                }
-            }
-        }
+        handle.reconfigure(&next);
+        old.set_limit_config(Some(next));
     }
     const FIXED: &str = "the limit's name and answers are fixed when it is built";
     d.rebuild("limit.name", &cur.name(), &to.name(), FIXED);

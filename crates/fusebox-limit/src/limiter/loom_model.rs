@@ -2,7 +2,8 @@
 //! visibility of memory the C11 model allows, of the operations that race without the lock
 //! (a release's decrement and look at the waiters against a queued call's increment and
 //! admission attempt; a limit raised against a call that queues; a release against a
-//! waiter that withdraws).
+//! waiter that withdraws; a queue added by a reload against a release and a call that
+//! finds the limit full).
 //!
 //! Built with loom's atomics and mutex in place of std's:
 //!
@@ -153,5 +154,61 @@ fn loom_model_a_release_racing_a_withdrawal_leaks_no_permit() {
         assert_eq!(limiter.waiting(), 0);
         let state = &super::lock(&limiter.slow).queue.slots[slot.0].state;
         assert!(matches!(state, SlotState::Free), "the slot was freed");
+    });
+}
+
+/// A queue added by a reload racing a release and a call that finds the limit full: the
+/// call is shed (it found no queue yet), or it queues and ends up holding the permit — the
+/// release saw it waiting, or its own admission attempt saw the permit free — and is never
+/// left waiting beside a free permit.
+#[test]
+fn loom_model_a_queue_added_racing_a_release_loses_no_wake_up() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(PREEMPTIONS);
+    model.check(|| {
+        let built = ConcurrencyLimitConfig::builder()
+            .name("loom")
+            .max_concurrency(1)
+            .build()
+            .expect("a valid limit");
+        let limiter = Arc::new(Limiter::new(&built, RouteTable::default(), &[]));
+        assert!(limiter.admit(None), "the first call takes the permit");
+        let releaser = {
+            let limiter = Arc::clone(&limiter);
+            loom::thread::spawn(move || limiter.release(None))
+        };
+        let reloader = {
+            let limiter = Arc::clone(&limiter);
+            loom::thread::spawn(move || {
+                let queued = ConcurrencyLimitConfig::builder()
+                    .name("loom")
+                    .max_concurrency(1)
+                    .queue(1, Duration::from_secs(1))
+                    .build()
+                    .expect("a valid limit");
+                limiter.reconfigure(&queued);
+            })
+        };
+        let admitted = limiter.admit(None);
+        let queued = if admitted {
+            None
+        } else {
+            limiter.enqueue(None).ok()
+        };
+        releaser.join().expect("the release");
+        reloader.join().expect("the reload");
+        let holds = admitted
+            || match queued {
+                Some(slot) => {
+                    assert!(
+                        granted(&limiter, slot),
+                        "a free permit and a waiter left waiting"
+                    );
+                    true
+                }
+                None => false,
+            };
+        assert_eq!(limiter.in_flight(), usize::from(holds), "no permit leaked");
+        assert_eq!(limiter.waiting(), 0, "nobody waiting");
     });
 }
