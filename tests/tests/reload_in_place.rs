@@ -252,6 +252,16 @@ async fn a_reloaded_queue_size_applies_to_the_next_call() {
     assert_eq!(seen.ok.load(Ordering::SeqCst), 3, "queued again");
 }
 
+/// A policy whose limit is AIMD within `min..=max`, starting at `initial`.
+fn aimd(min: usize, initial: usize, max: usize) -> Policy {
+    adaptive(fusebox::limit::Limit::Aimd(
+        AimdConfig::new()
+            .min_limit(min)
+            .initial_limit(initial)
+            .max_limit(max),
+    ))
+}
+
 fn adaptive(limit: fusebox::limit::Limit) -> Policy {
     Policy::builder("dep")
         .concurrency_limit_config(ConcurrencyLimitConfig::builder().limit(limit))
@@ -289,12 +299,7 @@ async fn reloaded_adaptive_settings_apply_in_place_and_keep_the_limit() {
     assert!(limit.limit() <= 6, "the algorithm keeps to the new maximum");
 
     // A higher minimum raises it for the next call; the initial limit is not read again.
-    let report = running.reload(&adaptive(Limit::Aimd(
-        AimdConfig::new()
-            .min_limit(8)
-            .initial_limit(20)
-            .max_limit(50),
-    )));
+    let report = running.reload(&aimd(8, 20, 50));
     assert!(report.is_complete(), "{report}");
     assert_eq!(limit.limit(), 8);
 
@@ -309,12 +314,7 @@ async fn reloaded_adaptive_settings_apply_in_place_and_keep_the_limit() {
     assert!(report.is_complete(), "{report}");
     assert_eq!(limit.limit(), 2);
     // Back to AIMD: it starts from the limit in force.
-    let report = running.reload(&adaptive(Limit::Aimd(
-        AimdConfig::new()
-            .min_limit(1)
-            .initial_limit(30)
-            .max_limit(50),
-    )));
+    let report = running.reload(&aimd(1, 30, 50));
     assert!(report.is_complete(), "{report}");
     assert_eq!(limit.limit(), 2);
 
@@ -337,12 +337,7 @@ async fn reloaded_adaptive_settings_apply_in_place_and_keep_the_limit() {
     assert_eq!(limit.limit(), 4, "no algorithm moved it");
 
     // And adaptive again, in place: AIMD starts from the limit in force and moves it.
-    let report = running.reload(&adaptive(Limit::Aimd(
-        AimdConfig::new()
-            .min_limit(1)
-            .initial_limit(30)
-            .max_limit(50),
-    )));
+    let report = running.reload(&aimd(1, 30, 50));
     assert!(report.is_complete(), "{report}");
     assert_eq!(
         limit.limit(),
