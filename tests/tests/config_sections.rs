@@ -557,7 +557,7 @@ proptest! {
 
     #[test]
     fn limit_sections_agree(s in limit_section()) {
-        agree("limit", &s, limit_in_code(&s), |p| p.limit_config().cloned().expect("a limit"), same_limit);
+        agree("limit", &s, limit_in_code(&s), |p| p.limit_config().expect("a limit"), same_limit);
     }
 
     #[test]

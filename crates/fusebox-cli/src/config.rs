@@ -119,7 +119,7 @@ impl PolicySpec {
     }
 
     /// The concurrency limit, if any.
-    pub fn limit(&self) -> Option<&ConcurrencyLimitConfig> {
+    pub fn limit(&self) -> Option<ConcurrencyLimitConfig> {
         self.policy.limit_config()
     }
 

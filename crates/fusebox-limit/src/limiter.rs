@@ -70,8 +70,13 @@ pub(crate) struct Limiter<C> {
     /// algorithm, which owns the limit's value. A reload may turn it on or off
     /// ([`Limiter::reconfigure`]); a call reads it once, when admitted.
     adaptive_on: AtomicBool,
-    /// The adaptive algorithm, while the limit is adaptive.
+    /// The adaptive algorithm, while the limit is adaptive. Held while the limit changes
+    /// kind, and by [`set_limit`](Limiter::set_limit), so that a fixed value is never set
+    /// under an algorithm.
     adaptive: Mutex<Option<Adaptive>>,
+    /// The settings as built, with the limit and queue the last reload gave
+    /// ([`Limiter::config`]).
+    config: Mutex<ConcurrencyLimitConfig>,
     pub(crate) metrics: Metrics,
     pub(crate) extension_methods: ExtensionMethods,
 }
@@ -285,6 +290,7 @@ impl<C> Limiter<C> {
                 algorithm,
                 reported: initial,
             })),
+            config: Mutex::new(config.clone()),
             metrics,
             extension_methods: ExtensionMethods::default(),
         }
@@ -303,22 +309,30 @@ impl<C> Limiter<C> {
     }
 
     /// Takes `config`'s limit and queue from now on, keeping the permits in flight and the
-    /// waiters: a fixed value; an adaptive algorithm's settings (keeping its current value,
-    /// within the new bounds, and its measurements), another algorithm (AIMD starts from
-    /// the limit in force; Vegas first measures the no-load latency at its minimum, as when
-    /// built), or a limit turned adaptive (its algorithm starts from the limit in force) or
-    /// fixed; a queue's size and wait, a queue added, or a queue removed (calls that find
-    /// the limit full are then shed; waiters already queued keep their places and
-    /// deadlines). A call admitted before is finished under the kind it was admitted with:
-    /// an adaptive limit's sample is dropped once the limit is fixed, and a call admitted
-    /// under a fixed limit is not sampled.
+    /// waiters (see [`LimitHandle::reconfigure`](crate::LimitHandle::reconfigure)): a fixed
+    /// value; an adaptive algorithm's settings, another algorithm, a limit made adaptive or
+    /// fixed ([`Algorithm::taking`]); a queue's settings, a queue added or removed. A limit
+    /// whose setting is unchanged keeps the value it has.
     pub(crate) fn reconfigure(&self, config: &ConcurrencyLimitConfig) {
+        let limit_changed = {
+            let mut now = lock(&self.config);
+            let changed = now.limit != *config.limit();
+            now.limit = config.limit().clone();
+            now.queue = config.queue().copied();
+            changed
+        };
         self.queue.set(config.queue());
+        if !limit_changed {
+            // The limit as it is: a value set by hand or by a recovery ramp stays.
+            return;
+        }
         let (old, new) = match config.limit() {
             Limit::Fixed(max) => {
-                if self.adaptive_on.swap(false, SeqCst) {
-                    *lock(&self.adaptive) = None;
-                }
+                // Under the algorithm's lock: a reload making it adaptive, or a `set_limit`,
+                // comes wholly before or after.
+                let mut adaptive = lock(&self.adaptive);
+                *adaptive = None;
+                self.adaptive_on.store(false, SeqCst);
                 self.set_fixed(*max);
                 return;
             }
@@ -370,11 +384,17 @@ impl<C> Limiter<C> {
     /// Sets a fixed limit to `limit` (at least 1) and admits waiters it makes room for.
     /// Returns `false`, changing nothing, for an adaptive limit: its algorithm owns the value.
     pub(crate) fn set_limit(&self, limit: usize) -> bool {
-        if self.is_adaptive() {
+        let adaptive = lock(&self.adaptive);
+        if adaptive.is_some() {
             return false;
         }
         self.set_fixed(limit);
         true
+    }
+
+    /// The settings now: as built, with the limit and queue the last reload gave.
+    pub(crate) fn config(&self) -> ConcurrencyLimitConfig {
+        lock(&self.config).clone()
     }
 
     /// Sets the limit to `limit` (at least 1) and admits waiters it makes room for.
@@ -407,7 +427,12 @@ impl<C> Limiter<C> {
     fn admit(&self, partition: Option<u16>) -> bool {
         let admitted = if self.partitioned {
             let mut slow = lock(&self.slow);
-            self.waiting.load(SeqCst) == 0 && self.admit_locked(&mut slow, partition).is_some()
+            // Nobody is let ahead of a waiter who could be admitted: under this lock, every
+            // waiter left is one that could not. Without a queue (a reload removed it while
+            // calls waited), a call is admitted if the partition rules allow it, rather than
+            // shed behind waiters of other partitions.
+            (self.waiting.load(SeqCst) == 0 || !self.queue.accepts.load(Acquire))
+                && self.admit_locked(&mut slow, partition).is_some()
         } else {
             if self.queue.has_had_one() && self.waiting.load(SeqCst) != 0 {
                 return false;
@@ -556,12 +581,14 @@ impl<C> Limiter<C> {
         }
     }
 
-    /// Queues a call that found the limit full: its slot in the queue, or why it is shed.
-    fn enqueue(&self, partition: Option<u16>) -> Result<(usize, u64), Shed> {
+    /// Queues a call that found the limit full: its slot in the queue and how long it may
+    /// wait there, or why it is shed.
+    fn enqueue(&self, partition: Option<u16>) -> Result<(usize, u64, Duration), Shed> {
         let queue = &self.queue;
         if !queue.accepts.load(Acquire) {
             return Err(Shed::Full);
         }
+        let max_wait = Duration::from_nanos(queue.max_wait_nanos.load(Relaxed));
         let max_waiters = queue.max_waiters.load(Relaxed);
         let mut slow = lock(&self.slow);
         if slow.queue.order.len() >= max_waiters {
@@ -572,7 +599,7 @@ impl<C> Limiter<C> {
         self.metrics.waiting.increment(1.0);
         // A permit may have come free between the failed attempt and now.
         self.pump(&mut slow);
-        Ok(slot)
+        Ok((slot.0, slot.1, max_wait))
     }
 
     /// Whether the queue slot's permit has been granted (the slot is then freed); registers
@@ -655,7 +682,9 @@ impl<C> Limiter<C> {
             }
             (old, new)
         };
-        if new > old && self.waiting.load(SeqCst) != 0 {
+        // A read-modify-write, as in `release`: a call that queues meanwhile either is seen
+        // here or sees the raised limit.
+        if new > old && waiters_seen(&self.waiting) != 0 {
             let mut slow = lock(&self.slow);
             self.pump(&mut slow);
         }
@@ -756,15 +785,17 @@ impl<C> Lane<C> {
         }
     }
 
-    /// Queues a call that found the limit full, or says why it is shed.
-    pub(crate) fn enqueue(lane: &Leases<Lane<C>>) -> Result<Ticket<C>, Shed> {
-        let (index, generation) = lane.limiter().enqueue(lane.partition())?;
-        Ok(Ticket {
+    /// Queues a call that found the limit full (with how long it may wait, as the queue
+    /// said when it took the call), or says why it is shed.
+    pub(crate) fn enqueue(lane: &Leases<Lane<C>>) -> Result<(Ticket<C>, Duration), Shed> {
+        let (index, generation, max_wait) = lane.limiter().enqueue(lane.partition())?;
+        let ticket = Ticket {
             lane: lane.lease(),
             index,
             generation,
             done: false,
-        })
+        };
+        Ok((ticket, max_wait))
     }
 }
 
@@ -795,6 +826,9 @@ impl<C: Send + Sync> Observe for Lane<C> {
     }
     fn reconfigure(&self, config: &ConcurrencyLimitConfig) {
         self.limiter().reconfigure(config)
+    }
+    fn config(&self) -> ConcurrencyLimitConfig {
+        self.limiter().config()
     }
     fn queue(&self) -> Option<QueueConfig> {
         self.limiter().queue()
@@ -979,8 +1013,52 @@ pub(crate) trait Observe: Send + Sync + fmt::Debug {
     fn waiting(&self) -> usize;
     fn set_limit(&self, limit: usize) -> bool;
     fn reconfigure(&self, config: &ConcurrencyLimitConfig);
+    fn config(&self) -> ConcurrencyLimitConfig;
     fn queue(&self) -> Option<QueueConfig>;
 }
 
 #[cfg(all(test, fusebox_loom))]
 mod loom_model;
+
+#[cfg(all(test, not(fusebox_loom)))]
+mod tests {
+    use super::*;
+    use fusebox_classify::StandardClassifier;
+
+    fn partitioned(queue: bool) -> ConcurrencyLimitConfig {
+        let config = ConcurrencyLimitConfig::builder().max_concurrency(2);
+        let config = if queue {
+            config.queue(2, Duration::from_secs(1))
+        } else {
+            config
+        };
+        config.build().expect("a valid limit")
+    }
+
+    /// A reload that removes the queue while a call of one partition waits in it: a call of
+    /// another partition whose reservation is free is admitted, not shed behind the waiter
+    /// it would not overtake (a waiter left under the lock could not be admitted).
+    #[test]
+    fn without_a_queue_a_partition_is_not_shed_behind_another_ones_waiter() {
+        let limiter: Limiter<StandardClassifier> =
+            Limiter::new(&partitioned(true), RouteTable::default(), &[0.5, 0.5]);
+        assert!(limiter.admit(Some(0)));
+        assert!(
+            !limiter.admit(Some(0)),
+            "partition 0 holds its one reserved slot"
+        );
+        let (index, generation, max_wait) = limiter.enqueue(Some(0)).expect("room in the queue");
+        assert_eq!(max_wait, Duration::from_secs(1), "the wait the queue gave");
+        limiter.reconfigure(&partitioned(false));
+        assert!(limiter.admit(Some(1)), "partition 1's reservation is free");
+        assert_eq!(limiter.enqueue(Some(0)), Err(Shed::Full), "no queue: shed");
+        // The waiter is still served when partition 0's slot comes back.
+        limiter.release(Some(0));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(
+            limiter.poll_slot(index, generation, &mut cx),
+            Poll::Ready(())
+        );
+        assert_eq!(limiter.in_flight(), 2);
+    }
+}

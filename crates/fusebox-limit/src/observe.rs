@@ -167,14 +167,15 @@ impl LimitHandle {
     ///   bounds) and measurements; another adaptive algorithm (AIMD starts from the
     ///   current value; Vegas first measures the no-load latency at its minimum, as when
     ///   built);
-    /// - a fixed limit made adaptive (its algorithm starts from the limit in force), or an
-    ///   adaptive one made fixed. Calls admitted before finish under the kind they were
-    ///   admitted with: a call admitted under the fixed limit is not sampled, and an
-    ///   adaptive call's sample is dropped once the limit is fixed;
+    /// - a fixed limit made adaptive (AIMD starts from the limit in force; Vegas first
+    ///   measures the no-load latency at its minimum, as when built), or an adaptive one
+    ///   made fixed (an adaptive call's sample is dropped once the limit is fixed);
     /// - the queue's size and wait, a queue added, or the queue removed: calls that find
     ///   the limit full are then shed at once, and waiters already queued keep their
     ///   places and deadlines.
     ///
+    /// A limit whose setting is the same as before (only its queue changed, say) keeps the
+    /// value it has now, one set by [`set_limit`](LimitHandle::set_limit) included.
     /// `config`'s name, release, `retry_after` and `log_step` are not read.
     ///
     /// ```
@@ -201,6 +202,12 @@ impl LimitHandle {
     /// ```
     pub fn reconfigure(&self, config: &ConcurrencyLimitConfig) {
         self.inner.reconfigure(config)
+    }
+
+    /// The limit's settings now: as built, with the limit and queue the last
+    /// [`reconfigure`](LimitHandle::reconfigure) gave it.
+    pub fn config(&self) -> ConcurrencyLimitConfig {
+        self.inner.config()
     }
 }
 

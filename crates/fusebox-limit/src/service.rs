@@ -107,8 +107,7 @@ impl<C: Classifier, P> LimitStage<C, P> {
     fn enqueue(lane: &Leases<Lane<C>>, call: Option<CallInfo>) -> Acquire<C> {
         let limiter = lane.limiter();
         match Lane::enqueue(lane) {
-            Ok(ticket) => {
-                let max_wait = limiter.queue().map(|q| q.max_wait()).unwrap_or_default();
+            Ok((ticket, max_wait)) => {
                 let deadline = tokio::time::Instant::now() + max_wait;
                 Acquire::Queued(Queued::new(ticket, deadline, call))
             }

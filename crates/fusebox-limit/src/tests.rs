@@ -885,3 +885,37 @@ fn healthy_responses_stay_small() {
         std::mem::size_of::<Ready>() + 16
     );
 }
+
+/// A reload whose limit setting is unchanged (only the queue changed) keeps the value the
+/// limit has now, one set by hand included (a recovery ramp's too); a changed setting
+/// takes over; the handle reads the settings now.
+#[test]
+fn a_reload_that_leaves_the_limit_setting_keeps_its_value() {
+    let fixed = |max: usize, waiters: usize| {
+        ConcurrencyLimitConfig::builder()
+            .name("kept")
+            .max_concurrency(max)
+            .queue(waiters, Duration::from_millis(50))
+            .build()
+            .expect("a valid limit")
+    };
+    let layer = ConcurrencyLimitLayer::new(fixed(10, 2));
+    let handle = layer.handle();
+    assert!(handle.set_limit(5));
+    handle.reconfigure(&fixed(10, 4));
+    assert_eq!(
+        handle.limit(),
+        5,
+        "the setting did not change: the value set by hand stays"
+    );
+    assert_eq!(handle.queue().map(|q| q.max_waiters()), Some(4));
+    assert_eq!(handle.config().queue().map(|q| q.max_waiters()), Some(4));
+    handle.reconfigure(&fixed(12, 4));
+    assert_eq!(handle.limit(), 12, "a new setting takes over");
+    assert_eq!(handle.config().limit(), &Limit::Fixed(12));
+    assert_eq!(
+        handle.config().name(),
+        "kept",
+        "the name is the limit's own"
+    );
+}

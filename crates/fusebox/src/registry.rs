@@ -111,7 +111,7 @@ enum Source {
     Policy(Weak<dyn PolicySource>),
     Breaker(WeakBreakerHandle),
     Keyed(Box<dyn WeakKeyed>),
-    Limit(WeakLimitHandle, Box<ConcurrencyLimitConfig>),
+    Limit(WeakLimitHandle),
     Retry(WeakRetryHandle),
 }
 
@@ -121,7 +121,7 @@ impl Source {
             Source::Policy(p) => p.strong_count() > 0,
             Source::Breaker(b) => b.is_alive(),
             Source::Keyed(k) => k.upgrade().is_some(),
-            Source::Limit(l, _) => l.upgrade().is_some(),
+            Source::Limit(l) => l.upgrade().is_some(),
             Source::Retry(r) => r.upgrade().is_some(),
         }
     }
@@ -140,9 +140,9 @@ impl Source {
                 breaker: Some(BreakerRef::Keyed(k, None)),
                 ..Live::default()
             }),
-            Source::Limit(l, config) => l.upgrade().map(|l| Live {
+            Source::Limit(l) => l.upgrade().map(|l| Live {
                 kind: Kind::Limit,
-                limit: Some((l, (**config).clone())),
+                limit: Some((l.clone(), l.config())),
                 ..Live::default()
             }),
             Source::Retry(r) => r.upgrade().map(|r| Live {
@@ -245,7 +245,7 @@ impl<C: Classifier> PolicySource for Shared<C> {
             limit: self
                 .limit
                 .as_ref()
-                .map(|l| (l.handle(), self.current_limit_config(l.config()))),
+                .map(|l| (l.handle(), l.handle().config())),
             retry: self.retry.as_ref().map(|r| r.handle()),
             timeout: self
                 .timeout
@@ -574,10 +574,7 @@ impl<C: Classifier, P> Register for ConcurrencyLimitLayer<C, P> {
         let handle = self.handle();
         (
             Arc::from(handle.name()),
-            RegistrySource(Source::Limit(
-                handle.downgrade(),
-                Box::new(self.config().clone()),
-            )),
+            RegistrySource(Source::Limit(handle.downgrade())),
         )
     }
 }

@@ -14,7 +14,7 @@
 //! | a fixed `max_concurrency` | yes, without a recovery ramp | [`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure) |
 //! | an adaptive limit's settings (bounds, ratios, Vegas' alpha, beta, probing), or another adaptive algorithm (AIMD ↔ Vegas) | yes | the algorithm takes the new settings under the lock its samples already take, keeping its current limit (within the new bounds), its measurements and the congestion episode; AIMD taken anew starts from the limit in force, Vegas first measures the no-load latency at its minimum, as when built |
 //! | the queue's `max_waiters` and `max_wait` | yes | two atomics the limit reads where a call queues; waiters already queued keep their places and deadlines |
-//! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | yes, without a recovery ramp | whether the limit is adaptive, and whether it has a queue, are state the call path reads per call ([`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure)): a limit made adaptive starts its algorithm from the limit in force; calls admitted before finish under the kind they were admitted with (a call admitted under the fixed limit is not sampled, an adaptive call's sample is dropped once the limit is fixed); a removed queue sheds the next calls that find the limit full, and its waiters keep their places and deadlines. Once a limit has had a queue, its releases always look for waiters (one atomic read-modify-write each), so that one added while a release runs loses no wake-up (checked by the limit's loom model) |
+//! | a fixed limit made adaptive, or an adaptive one fixed; a queue added or removed | yes, without a recovery ramp | whether the limit is adaptive, and whether it has a queue, are state the call path reads per call ([`LimitHandle::reconfigure`](fusebox_limit::LimitHandle::reconfigure)): a limit made AIMD starts from the limit in force, one made Vegas first measures the no-load latency at its minimum (as when built); an adaptive call's sample is dropped once the limit is fixed; a limit whose setting is unchanged keeps its value (a queue-only change leaves a value set by hand or by a ramp); a removed queue sheds the next calls that find the limit full, and its waiters keep their places and deadlines. Once a limit has had a queue, its releases always look for waiters (one atomic read-modify-write each), so that one added while a release runs loses no wake-up (checked by the limit's loom model) |
 //! | the retry budget's ratio, floor (`min_retries_per_second`), cut-off threshold and minimum calls; `max_attempts`, backoff (`base_delay`, `max_delay`), `max_retry_after`, `max_replay_body_bytes`, `hedge_delay` | yes | the layer's settings are one `arc-swap` cell, loaded once where a call reads them; the budget's are atomics; the window's counts are kept. A call in flight reads the new settings at its next retry or hedge |
 //! | the retry layer's name, the budget's window (`ttl`), the jitter's seed | no | the name labels every series; the budget's buckets are cut from the window; the jitter source is seeded once |
 //! | a route's classifier rules, slow-call threshold, timeout, `retry` and `idempotent` (of the default route too, with what the named routes inherit from it) | yes, for the routes both tables hold | every stage reads one route table, shared: each route the new table holds under the same name takes the new route's settings in one swap ([`RouteTable::replace_route`]); the route keeps its id, so calls already resolved to it stay on it. A policy built without a table of its own reads the process-wide default one ([`RouteTable::default`]), which is never replaced: reported as needing a rebuild |
@@ -66,7 +66,7 @@
 use crate::policy::{BreakerLayer, BreakerStore, Policy, Shared};
 use fusebox_breaker::{CircuitBreakerConfig, Reconfigure};
 use fusebox_classify::{Classifier, Route, RouteTable};
-use fusebox_limit::{ConcurrencyLimitConfig, Limit};
+use fusebox_limit::Limit;
 use fusebox_timeout::{TimeoutConfig, Timeouts};
 use std::fmt;
 use std::sync::Arc;
@@ -493,18 +493,11 @@ fn limit<C: Classifier>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: b
         }
         return;
     };
-    let cur = old.current_limit_config(from.config());
-    let to = to.config();
     let handle = from.handle();
-    // What the running limit would take: the new limit and queue, with its own name and
-    // answers (fixed when it was built).
-    let next = to
-        .to_builder()
-        .name(cur.name())
-        .release(cur.release())
-        .retry_after(cur.retry_after())
-        .log_step(cur.log_step())
-        .build();
+    // The limit's settings now (as built, with what reloads changed), and the new ones: the
+    // running limit takes the new limit and queue; its name and answers are its own.
+    let cur = handle.config();
+    let to = to.config();
     let effect = if old.ramp.is_some() && cur.limit() != to.limit() {
         Effect::NeedsRebuild("a recovery ramp owns the limit's value")
     } else {
@@ -525,11 +518,9 @@ fn limit<C: Classifier>(d: &mut Diff, old: &Shared<C>, new: &Shared<C>, apply: b
         (a, b) => d.field("limit.algorithm", a, b, effect.clone()),
     }
     d.field("limit.queue", &cur.queue(), &to.queue(), effect.clone());
-    if let (true, Effect::InPlace, Ok(next)) = (apply, &effect, next)
-        && d.changes.len() > before
-    {
-        handle.reconfigure(&next);
-        old.set_limit_config(Some(next));
+    if apply && effect == Effect::InPlace && d.changes.len() > before {
+        // With a recovery ramp only the queue gets here: the ramp keeps the limit's value.
+        handle.reconfigure(to);
     }
     const FIXED: &str = "the limit's name and answers are fixed when it is built";
     d.rebuild("limit.name", &cur.name(), &to.name(), FIXED);
@@ -826,28 +817,6 @@ fn routes<C: Classifier + fmt::Debug>(
 // === what a reload changed, for later readers ===
 
 impl<C> Shared<C> {
-    /// The limit's settings now: as built, or as the last reload set them.
-    pub(crate) fn current_limit_config(
-        &self,
-        built: &ConcurrencyLimitConfig,
-    ) -> ConcurrencyLimitConfig {
-        self.reloaded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .limit
-            .clone()
-            .unwrap_or_else(|| built.clone())
-    }
-
-    fn set_limit_config(&self, config: Option<ConcurrencyLimitConfig>) {
-        if let Some(config) = config {
-            self.reloaded
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .limit = Some(config);
-        }
-    }
-
     /// The timeout's settings now: as built, with the default a reload set.
     pub(crate) fn current_timeout_config(&self, built: &TimeoutConfig) -> TimeoutConfig {
         match &self.timeouts {
@@ -855,10 +824,4 @@ impl<C> Shared<C> {
             None => built.clone(),
         }
     }
-}
-
-/// What reloads changed that the layers' own values do not show.
-#[derive(Debug, Default)]
-pub(crate) struct Reloaded {
-    pub(crate) limit: Option<ConcurrencyLimitConfig>,
 }

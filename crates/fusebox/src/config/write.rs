@@ -128,7 +128,7 @@ impl PolicySection {
         });
         PolicySection {
             breaker,
-            limit: policy.limit_config().map(LimitSection::of),
+            limit: policy.limit_config().as_ref().map(LimitSection::of),
             timeout: policy.timeout_config().map(TimeoutSection::of),
             retry: policy.retry_config().as_deref().map(RetrySection::of),
             recovery_ramp: policy.recovery_ramp().map(|r| RampSection {

@@ -842,7 +842,6 @@ impl<C: Classifier> PolicyBuilder<C> {
                 parts,
                 shared: Arc::new(Shared {
                     timeouts,
-                    reloaded: Default::default(),
                     name: self.name,
                     routes,
                     key: span_key,
@@ -899,10 +898,8 @@ pub(crate) struct Shared<C> {
     pub(crate) timeout: Option<TimeoutLayer<C>>,
     /// Where the breaker keeps its state (kept for [`Policy::breaker_store`]).
     pub(crate) store: BreakerStore,
-    /// Each route's timeout as the timeout stage reads it (a reload changes it).
+    /// Each call's timeout as the timeout stage reads it (a reload changes its default).
     pub(crate) timeouts: Option<fusebox_timeout::Timeouts>,
-    /// What reloads changed that the layers' own values do not show.
-    pub(crate) reloaded: std::sync::Mutex<crate::reload::Reloaded>,
 }
 
 /// What a policy was built with beyond its layers' own configurations (for reading it
@@ -1089,9 +1086,14 @@ impl<C: Classifier> Policy<C> {
         self.inner.shared.timeout.as_ref().map(|t| t.config())
     }
 
-    /// The concurrency limit's configuration.
-    pub fn limit_config(&self) -> Option<&ConcurrencyLimitConfig> {
-        self.inner.shared.limit.as_ref().map(|l| l.config())
+    /// The concurrency limit's configuration: as built, or as the last
+    /// [`reload`](Policy::reload) set it.
+    pub fn limit_config(&self) -> Option<ConcurrencyLimitConfig> {
+        self.inner
+            .shared
+            .limit
+            .as_ref()
+            .map(|l| l.handle().config())
     }
 
     /// The retry layer's configuration: as built, or as the last
