@@ -288,6 +288,8 @@ struct Table<C> {
     /// The routes the table was built with: route `i` is `names[i]`, `routes[i]`.
     names: Vec<Arc<str>>,
     routes: Vec<Slot<C>>,
+    /// Each route's slow-call threshold and own timeout by id (the added routes' too), as
+    /// the layers read them per call.
     slow: SlowThresholds,
     timeouts: RouteTimeouts,
     /// The matcher the table was built with, until an edit adds or removes a route.
