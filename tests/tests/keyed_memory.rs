@@ -69,7 +69,7 @@ fn memory_stays_flat_while_keys_churn_past_the_cap() {
     );
 }
 
-/// 433 B measured (docs/performance.md): a change that makes each key's breaker larger
+/// 489 B measured (docs/performance.md): a change that makes each key's breaker larger
 /// than the target fails here.
 #[test]
 fn bytes_per_key_at_a_count_window_of_100_are_at_most_512() {
