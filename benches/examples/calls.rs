@@ -11,7 +11,9 @@
 //!   limit, timeout) and tower's stack (tower's `Retry` over a `TpsBudget`, fusebox's
 //!   breaker, tower's `ConcurrencyLimit` and `Timeout`), for the bench's request;
 //! - `policy-none`, `bare`: a `Policy` with no layer, and no layer at all, for the same
-//!   request (what a policy's frame costs a call, whatever is configured).
+//!   request (what a policy's frame costs a call, whatever is configured);
+//! - `retry`, `tower-retry`: the retry bench's fusebox retry layer (default settings) and
+//!   tower's `Retry` over a `TpsBudget`, for the same request.
 //!
 //! Every call goes to a service that answers at once, and is polled ready and to
 //! completion with a no-op waker. Run it with two call counts and divide the difference of
@@ -89,7 +91,7 @@ fn main() {
                 request
             });
         }
-        "policy" | "tower-stack" | "policy-none" | "bare" => {
+        "policy" | "tower-stack" | "policy-none" | "bare" | "retry" | "tower-retry" => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
@@ -102,6 +104,16 @@ fn main() {
             };
             if kind == "bare" {
                 run(ready_ok::<Empty<Bytes>>(), calls, request);
+            } else if kind == "retry" {
+                let retry = fusebox::retry::RetryBudgetLayer::new(RetryConfig::default());
+                run(
+                    retry.layer(ready_ok::<ReplayBody<Empty<Bytes>>>()),
+                    calls,
+                    request,
+                );
+            } else if kind == "tower-retry" {
+                let retry = tower::retry::RetryLayer::new(TowerRetryPolicy::new());
+                run(retry.layer(ready_ok::<Empty<Bytes>>()), calls, request);
             } else if kind == "policy-none" {
                 let policy = Policy::builder("calls").build().expect("a valid policy");
                 run(
@@ -138,7 +150,8 @@ fn main() {
             }
         }
         other => panic!(
-            "`plain`, `http`, `policy`, `tower-stack`, `policy-none` or `bare`, not {other:?}"
+            "`plain`, `http`, `policy`, `tower-stack`, `policy-none`, `bare`, `retry` or \
+             `tower-retry`, not {other:?}"
         ),
     }
 }
