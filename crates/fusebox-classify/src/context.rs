@@ -87,10 +87,25 @@ pub struct Scope {
     call: Option<CallKey>,
     /// Whether the current scope has been consulted for `call` yet.
     inherited: bool,
+    /// Whether this scope knows something the current scope it took over from did not (a
+    /// route, or whether the call is safe to repeat): only then does handing the call on
+    /// ([`Scope::hand_on`]) have to make it current.
+    added: bool,
     /// Resolutions, newest first; a table id of 0 is an empty slot.
     entries: [Entry; TABLES],
     /// Which slot the next new table takes.
     next: u8,
+}
+
+/// What a scope knows of a request in one route table.
+enum Lookup<'a> {
+    /// The request's entry: resolved already.
+    Found(&'a mut Entry),
+    /// The scope is about the request now, and has nothing for the table yet: what is
+    /// resolved goes in with [`Scope::record`].
+    Missing,
+    /// A request a scope cannot name (an extension method), which each layer resolves.
+    Unnamed,
 }
 
 /// Names a request: its path's address and length (a URI is shorter than 64 KiB), and
@@ -128,6 +143,7 @@ impl Scope {
         Scope {
             call: None,
             inherited: false,
+            added: false,
             entries: [EMPTY; TABLES],
             next: 0,
         }
@@ -140,7 +156,10 @@ impl Scope {
         table: &RouteTable<C>,
         request: &Request<B>,
     ) -> Option<RouteId> {
-        self.entry(table.id(), request).map(|e| e.route)
+        match self.lookup(table.id(), request) {
+            Lookup::Found(entry) => Some(entry.route),
+            Lookup::Missing | Lookup::Unnamed => None,
+        }
     }
 
     /// Makes this scope the current one until the returned guard is dropped: fusebox
@@ -158,11 +177,27 @@ impl Scope {
         }
     }
 
-    /// The entry for `table`, after making sure this scope is about `request` (taking
-    /// over the current scope's resolutions when that is about the same request).
+    /// Makes this scope current, as [`enter`](Self::enter) does, for a call handed on at
+    /// once from where its stages were asked (inside
+    /// [`Service::call`](tower_service::Service::call)): a scope that only took over the
+    /// current scope's resolutions adds nothing to it, and is not entered again.
     #[inline]
-    fn entry<B>(&mut self, table: u64, request: &Request<B>) -> Option<&mut Entry> {
-        let key = CallKey::of(request)?;
+    #[must_use = "the scope is current only until the guard is dropped"]
+    pub fn hand_on(&self) -> Entered {
+        if !self.added {
+            return Entered { previous: None };
+        }
+        self.enter()
+    }
+
+    /// What this scope knows of `request` in `table`, after making sure it is about
+    /// `request` (taking over the current scope's resolutions when that is about the same
+    /// request).
+    #[inline]
+    fn lookup<B>(&mut self, table: u64, request: &Request<B>) -> Lookup<'_> {
+        let Some(key) = CallKey::of(request) else {
+            return Lookup::Unnamed;
+        };
         if self.call != Some(key) {
             *self = Scope::new();
             self.call = Some(key);
@@ -171,7 +206,10 @@ impl Scope {
             self.inherited = true;
             self.inherit(key);
         }
-        self.entries.iter_mut().find(|e| e.table == table)
+        match self.entries.iter_mut().find(|e| e.table == table) {
+            Some(entry) => Lookup::Found(entry),
+            None => Lookup::Missing,
+        }
     }
 
     /// Takes over the current scope's resolutions if it is about the same request.
@@ -202,6 +240,14 @@ impl Scope {
             self.call = Some(key);
             self.inherited = true;
         }
+        self.record(table, route, idempotent);
+    }
+
+    /// Records the route of the request a [`Lookup::Missing`] was about (which this scope
+    /// is about since) in `table`.
+    #[inline]
+    fn record(&mut self, table: u64, route: RouteId, idempotent: Option<bool>) {
+        self.added = true;
         let slot = usize::from(self.next) % TABLES;
         self.entries[slot] = Entry {
             table,
@@ -292,12 +338,15 @@ impl<C> RouteTable<C> {
         C: crate::Classifier,
     {
         let id = self.id();
-        if let Some(entry) = scope.entry(id, request) {
-            return entry.route;
+        match scope.lookup(id, request) {
+            Lookup::Found(entry) => entry.route,
+            Lookup::Missing => {
+                let route = self.resolve(request);
+                scope.record(id, route, None);
+                route
+            }
+            Lookup::Unnamed => self.resolve(request),
         }
-        let route = self.resolve(request);
-        scope.keep(id, request, route, None);
-        route
     }
 
     /// The route of `request` and whether it is safe to repeat, as `scope` has them, or
@@ -313,15 +362,28 @@ impl<C> RouteTable<C> {
         C: crate::Classifier,
     {
         let id = self.id();
-        if let Some(entry) = scope.entry(id, request) {
-            let route = entry.route;
-            let safe = *entry.idempotent.get_or_insert_with(|| idempotent(route));
-            return (route, safe);
+        match scope.lookup(id, request) {
+            Lookup::Found(entry) => {
+                let route = entry.route;
+                if let Some(safe) = entry.idempotent {
+                    return (route, safe);
+                }
+                let safe = idempotent(route);
+                entry.idempotent = Some(safe);
+                scope.added = true;
+                (route, safe)
+            }
+            Lookup::Missing => {
+                let route = self.resolve(request);
+                let safe = idempotent(route);
+                scope.record(id, route, Some(safe));
+                (route, safe)
+            }
+            Lookup::Unnamed => {
+                let route = self.resolve(request);
+                (route, idempotent(route))
+            }
         }
-        let route = self.resolve(request);
-        let safe = idempotent(route);
-        scope.keep(id, request, route, Some(safe));
-        (route, safe)
     }
 
     /// A scope for `request` that knows it is on `route` and whether it is safe to

@@ -708,7 +708,7 @@ where
         let mut scope = Scope::new();
         match self.stage.admit(&mut request, &mut scope) {
             Admit::Ready(admitted) => {
-                let _current = scope.enter();
+                let _current = scope.hand_on();
                 StagedFuture {
                     phase: Phase::Called {
                         future: self.inner.call(request),

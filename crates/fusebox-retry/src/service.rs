@@ -9,6 +9,7 @@ use crate::replay::{Buffered, ReplayBody};
 use crate::telemetry;
 use crate::verdicts::{AttemptVerdicts, Classify};
 use arc_swap::ArcSwap;
+use arc_swap::cache::Cache;
 use fusebox_classify::context::Scope;
 use fusebox_classify::series::{Series, SeriesBuilder};
 use fusebox_classify::shard::Leases;
@@ -316,6 +317,9 @@ pub struct Retry<S, C = fusebox_classify::StandardClassifier, V = Classify> {
     verdicts: PhantomData<fn() -> V>,
     /// The layer's state.
     shared: Arc<Shared<C>>,
+    /// The settings as this service last read them: a call compares one pointer with the
+    /// layer's and reads them again only after a reload swapped them.
+    settings: Cache<Settings<C>, Arc<RetryConfig>>,
     /// This service's spare, leased per thread: every call's future holds one (see
     /// [`fusebox_classify::shard`]). Made by the service's first call or first clone, and
     /// then shared by its clones; not by the layer, so that layering a service allocates
@@ -329,9 +333,29 @@ impl<S, C> Retry<S, C> {
         Retry {
             inner,
             verdicts: PhantomData,
+            settings: Cache::new(Settings(Arc::clone(&shared))),
             shared,
             bound: OnceLock::new(),
         }
+    }
+}
+
+/// The layer's reloadable settings, reached through its state: what a service's
+/// [`Cache`] watches.
+pub(crate) struct Settings<C>(Arc<Shared<C>>);
+
+impl<C> Clone for Settings<C> {
+    fn clone(&self) -> Self {
+        Settings(Arc::clone(&self.0))
+    }
+}
+
+impl<C> Deref for Settings<C> {
+    type Target = ArcSwap<RetryConfig>;
+
+    #[inline]
+    fn deref(&self) -> &ArcSwap<RetryConfig> {
+        &self.0.config
     }
 }
 
@@ -345,6 +369,7 @@ impl<S, C, V> Retry<S, C, V> {
             inner: self.inner,
             verdicts: PhantomData,
             shared: self.shared,
+            settings: self.settings,
             bound: self.bound,
         }
     }
@@ -395,6 +420,7 @@ impl<S: Clone, C, V> Clone for Retry<S, C, V> {
             inner: self.inner.clone(),
             verdicts: PhantomData,
             shared: Arc::clone(&self.shared),
+            settings: self.settings.clone(),
             bound: OnceLock::from(bound),
         }
     }
@@ -442,8 +468,9 @@ where
             return ResponseFuture::expired(leases.lease(), meta);
         }
         let route = bound.routes.route(meta.route());
-        // One load of the settings a reload may swap, for the whole of `call`.
-        let config = bound.config.load();
+        // The settings a reload may swap, read once for the whole of `call`: one pointer
+        // compared with the layer's while they stay the same.
+        let config = self.settings.load();
         let repeatable = route.retry_enabled() && config.max_attempts() > 1;
         let (parts, body) = request.into_parts();
 
@@ -451,8 +478,7 @@ where
             // Nothing to buffer: every attempt gets an empty body.
             bound.keep_spare(&self.inner);
             let inner = &mut self.inner;
-            let hedge = first_hedge(&config, &meta);
-            drop(config);
+            let hedge = first_hedge(config, &meta);
             return ResponseFuture::repeatable(
                 // The attempt is made where it is sent, from the head the future keeps.
                 |span, parts| {
@@ -468,7 +494,6 @@ where
             );
         }
         let cap = config.max_replay_body_bytes() as u64;
-        drop(config);
         if repeatable && body.size_hint().upper().is_some_and(|n| n <= cap) {
             bound.keep_spare(&self.inner);
             // The body is read before the first attempt: that attempt goes to the service

@@ -489,7 +489,7 @@ where
             .extensions()
             .get::<Deadline>()
             .map(Deadline::instant);
-        let _current = scope.enter();
+        let _current = scope.hand_on();
         BodyFuture::new(self.inner.call(request), route, self.timeout, deadline)
     }
 }

@@ -207,7 +207,7 @@ where
             }
             _ => None,
         };
-        let _current = scope.enter();
+        let _current = scope.hand_on();
         self.inner.call(request.map(|body| match cap {
             Some(cap) => RequestBody::read_ahead(body, cap),
             None => RequestBody::untouched(body),

@@ -111,7 +111,7 @@ where
         // `fusebox::policy`. Entered while the layers take the call, so that their events
         // and the retry layer's attempt spans belong to it.
         let span = CallSpan::start(shared, &request, &mut scope);
-        let _current = scope.enter();
+        let _current = scope.hand_on();
         let inner = match &span {
             None => self.stack.call(request),
             Some(span) => {
