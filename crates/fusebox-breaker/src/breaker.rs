@@ -302,6 +302,43 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
+    /// A response head's verdict for the call `meta` describes, asking `shared` first:
+    /// `None` when it waits for the trailers.
+    #[inline(always)]
+    fn classify_response_shared<M: Facts>(
+        &self,
+        meta: &M,
+        status: StatusCode,
+        headers: &HeaderMap,
+        shared: &SharedVerdict,
+    ) -> Option<Verdict> {
+        let classified = shared.classify(&self.table, meta.route(), |c| {
+            c.classify_response(&meta.call(&self.table), status, headers)
+        });
+        match classified {
+            Classified::Ready(v) => Some(v),
+            Classified::AtEndOfStream => None,
+        }
+    }
+
+    /// An error's verdict for the call `meta` describes, asking `shared` first for the
+    /// classifier's (`count_overloaded` is the breaker's own, applied after).
+    fn classify_error_shared<M: Facts>(
+        &self,
+        meta: &M,
+        error: &(dyn Error + 'static),
+        shared: &SharedVerdict,
+    ) -> Verdict {
+        let verdict = shared.verdict(&self.table, meta.route(), |c| {
+            c.classify_error(&meta.call(&self.table), error)
+        });
+        counting_overloaded(
+            verdict,
+            error,
+            self.count_overloaded.load(Ordering::Relaxed),
+        )
+    }
+
     /// Classifies `error` with `route`'s classifier (an [`Overloaded`](fusebox_classify::error::Overloaded) counts as a failure
     /// if the breaker says so: `count_overloaded`).
     pub(crate) fn classify_error(&self, call: &Call<'_>, error: &(dyn Error + 'static)) -> Verdict {
@@ -472,37 +509,6 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         self.breaker.classify_error(&self.call(), error)
     }
 
-    /// [`classify_response`](Self::classify_response), asking `shared` first.
-    #[inline]
-    fn classify_response_shared(
-        &self,
-        status: StatusCode,
-        headers: &HeaderMap,
-        shared: &SharedVerdict,
-    ) -> Option<Verdict> {
-        let classified = shared.classify(&self.breaker.table, self.route(), |c| {
-            c.classify_response(&self.call(), status, headers)
-        });
-        match classified {
-            Classified::Ready(v) => Some(v),
-            Classified::AtEndOfStream => None,
-        }
-    }
-
-    /// [`classify_error`](Self::classify_error), asking `shared` first for the
-    /// classifier's verdict (`count_overloaded` is the breaker's own, applied after).
-    fn classify_error_shared(
-        &self,
-        error: &(dyn Error + 'static),
-        shared: &SharedVerdict,
-    ) -> Verdict {
-        let b = &self.breaker;
-        let verdict = shared.verdict(&b.table, self.route(), |c| {
-            c.classify_error(&self.call(), error)
-        });
-        counting_overloaded(verdict, error, b.count_overloaded.load(Ordering::Relaxed))
-    }
-
     fn classify_eos_shared(&self, trailers: Option<&HeaderMap>, shared: &SharedVerdict) -> Verdict {
         shared.verdict(&self.breaker.table, self.route(), |c| {
             c.classify_eos(&self.call(), trailers)
@@ -575,12 +581,19 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         EosRecorder { guard: self, slow }
     }
 
-    /// A breaker's decision as its stage's admission: the guard, or the rejection as the
-    /// call's answer. Every breaker stage (HTTP, keyed, plain) admits through this.
+    /// A breaker's decision as its stage's admission: the guard, put in the call's `slot`,
+    /// or the rejection as the call's answer. Every breaker stage (HTTP, keyed, plain)
+    /// admits through this.
     #[inline(always)]
-    pub(crate) fn admission(decided: Result<Self, CircuitOpen>) -> Admit<Option<Self>, NoWait> {
+    pub(crate) fn admission(
+        decided: Result<Self, CircuitOpen>,
+        slot: &mut Option<Self>,
+    ) -> Admit<NoWait> {
         match decided {
-            Ok(guard) => Admit::Ready(Some(guard)),
+            Ok(guard) => {
+                *slot = Some(guard);
+                Admit::Ready
+            }
             Err(open) => Admit::Refuse(Box::new(open)),
         }
     }
@@ -606,28 +619,45 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             *slot = None;
             return None;
         }
+        // One look through the guard's owner for the whole answer (each look is a branch
+        // and two loads, and the stores of the recording between them would make the
+        // compiler look again).
+        let Guard {
+            breaker,
+            permit,
+            meta,
+            started,
+            done,
+        } = guard;
+        let b: &Breaker<C, St> = breaker;
+        // `finish_outcome`, through `b`.
+        let mut finish = |outcome: Outcome| {
+            let (slow, now) = b.measure(meta.route(), *started);
+            *done = true;
+            b.record(*permit, outcome, slow, now);
+        };
         let at_end = match answer {
             Answer::Head { status, headers } => {
-                match guard.classify_response_shared(status, headers, shared) {
+                match b.classify_response_shared(meta, status, headers, shared) {
                     Some(verdict) => {
-                        guard.finish_in_place(verdict);
+                        finish(verdict.outcome());
                         false
                     }
                     None => true,
                 }
             }
             Answer::Done => {
-                guard.finish_outcome(Outcome::Success);
+                finish(Outcome::Success);
                 false
             }
             Answer::Error(error) => {
-                let verdict = guard.classify_error_shared(error, shared);
-                guard.finish_in_place(verdict);
+                let verdict = b.classify_error_shared(meta, error, shared);
+                finish(verdict.outcome());
                 false
             }
         };
-        if guard.breaker.expose {
-            shared.expose(&guard.breaker.table);
+        if b.expose {
+            shared.expose(&b.table);
         }
         if at_end {
             return slot.take().map(Guard::at_end_of_stream);
@@ -676,7 +706,11 @@ impl<C: Classifier, St: Store, M: Facts> OnEndOfStream for EosRecorder<C, St, M>
         }
         let verdict = match end {
             StreamEnd::Trailers(trailers) => self.guard.classify_eos_shared(trailers, shared),
-            StreamEnd::Error(error) => self.guard.classify_error_shared(error, shared),
+            StreamEnd::Error(error) => {
+                self.guard
+                    .breaker
+                    .classify_error_shared(&self.guard.meta, error, shared)
+            }
             StreamEnd::Dropped => return, // the guard's drop releases the permit
         };
         let end = self.guard.breaker.needs_end_time.then(Instant::now);

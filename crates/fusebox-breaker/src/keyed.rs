@@ -763,8 +763,13 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
     type Timer = NoTimer;
 
     #[inline]
-    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
-        Guard::admission(self.admit_in(request, scope))
+    fn admit(
+        &self,
+        request: &mut Request<B>,
+        scope: &mut Scope,
+        admitted: &mut Self::Admitted,
+    ) -> Admit<NoWait> {
+        Guard::admission(self.admit_in(request, scope), admitted)
     }
 
     fn poll_wait(
@@ -772,8 +777,9 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
+        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+    ) -> Poll<Admit<NoWait>> {
         match *waiting.get_mut() {}
     }
 

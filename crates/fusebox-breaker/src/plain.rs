@@ -149,9 +149,9 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
     type Timer = NoTimer;
 
     #[inline]
-    fn admit(&self, _: &mut R, _: &mut Scope) -> Admit<Self::Admitted, NoWait> {
+    fn admit(&self, _: &mut R, _: &mut Scope, admitted: &mut Self::Admitted) -> Admit<NoWait> {
         let leases = &*self.breaker;
-        Guard::admission(leases.admit_plain(|| lease(leases)))
+        Guard::admission(leases.admit_plain(|| lease(leases)), admitted)
     }
 
     fn poll_wait(
@@ -159,8 +159,9 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
         waiting: Pin<&mut NoWait>,
         _: &mut R,
         _: &mut Scope,
+        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+    ) -> Poll<Admit<NoWait>> {
         match *waiting.get_mut() {}
     }
 

@@ -79,8 +79,13 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
     type Timer = NoTimer;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
-        Guard::admission(self.admit_in(request, scope))
+    fn admit(
+        &self,
+        request: &mut Request<B>,
+        scope: &mut Scope,
+        admitted: &mut Self::Admitted,
+    ) -> Admit<NoWait> {
+        Guard::admission(self.admit_in(request, scope), admitted)
     }
 
     fn poll_wait(
@@ -88,8 +93,9 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
+        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+    ) -> Poll<Admit<NoWait>> {
         match *waiting.get_mut() {}
     }
 

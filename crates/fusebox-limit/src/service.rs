@@ -127,9 +127,13 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
         &self,
         request: &mut Request<B>,
         scope: &mut Scope,
-    ) -> Admit<Self::Admitted, Queued<C>> {
+        slot: &mut Self::Admitted,
+    ) -> Admit<Queued<C>> {
         match self.acquire_in(request, scope) {
-            Acquire::Admitted(admitted) => Admit::Ready(Some(admitted)),
+            Acquire::Admitted(admitted) => {
+                *slot = Some(admitted);
+                Admit::Ready
+            }
             Acquire::Queued(queued) => Admit::Wait(queued),
             Acquire::Shed(error) => Admit::Refuse(error.into()),
         }
@@ -140,10 +144,14 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
         waiting: Pin<&mut Queued<C>>,
         _: &mut Request<B>,
         _: &mut Scope,
+        slot: &mut Self::Admitted,
         cx: &mut Context<'_>,
-    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+    ) -> Poll<Admit<NoWait>> {
         waiting.poll_admit(cx).map(|admitted| match admitted {
-            Ok(admitted) => Admit::Ready(Some(admitted)),
+            Ok(admitted) => {
+                *slot = Some(admitted);
+                Admit::Ready
+            }
             Err(shed) => Admit::Refuse(shed.into()),
         })
     }

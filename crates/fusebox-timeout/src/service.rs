@@ -159,15 +159,23 @@ impl<C> TimeoutStage<C> {
 }
 
 impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
-    type Admitted = Bound;
+    type Admitted = Option<Bound>;
     type Waiting = NoWait;
     type End = NoEnd;
     type Timer = Timer;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Bound, NoWait> {
+    fn admit(
+        &self,
+        request: &mut Request<B>,
+        scope: &mut Scope,
+        admitted: &mut Option<Bound>,
+    ) -> Admit<NoWait> {
         match self.bound_in(request, scope) {
-            Ok(bound) => Admit::Ready(bound),
+            Ok(bound) => {
+                *admitted = Some(bound);
+                Admit::Ready
+            }
             Err(expired) => Admit::Refuse(expired.into_error()),
         }
     }
@@ -177,29 +185,35 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
+        _: &mut Option<Bound>,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<Bound, NoWait>> {
+    ) -> Poll<Admit<NoWait>> {
         match *waiting.get_mut() {}
     }
 
     #[inline(always)]
     fn poll_deadline(
-        admitted: Pin<&mut Bound>,
+        admitted: Pin<&mut Option<Bound>>,
         timer: Pin<&mut Timer>,
         cx: &mut Context<'_>,
     ) -> Poll<BoxError> {
-        timer.poll_elapsed(&admitted, cx)
+        match admitted.get_mut() {
+            Some(bound) => timer.poll_elapsed(bound, cx),
+            None => Poll::Pending,
+        }
     }
 
     #[inline(always)]
     fn on_answer(
-        admitted: Pin<&mut Bound>,
+        admitted: Pin<&mut Option<Bound>>,
         answer: Answer<'_>,
         _: &SharedVerdict,
     ) -> Option<NoEnd> {
         // A call this timeout ended was counted when its time ran out.
-        if !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>()) {
-            crate::telemetry::completed(admitted.route());
+        if let Some(bound) = admitted.get_mut()
+            && !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>())
+        {
+            crate::telemetry::completed(bound.route());
         }
         None
     }

@@ -77,10 +77,15 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
     type Timer = NoTimer;
 
     #[inline(always)]
-    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
+    fn admit(
+        &self,
+        request: &mut Request<B>,
+        scope: &mut Scope,
+        admitted: &mut Self::Admitted,
+    ) -> Admit<NoWait> {
         match self {
-            BreakerStages::Single(b) => b.admit(request, scope),
-            BreakerStages::Keyed(b) => b.admit(request, scope),
+            BreakerStages::Single(b) => b.admit(request, scope, admitted),
+            BreakerStages::Keyed(b) => b.admit(request, scope, admitted),
         }
     }
 
@@ -89,8 +94,9 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
+        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+    ) -> Poll<Admit<NoWait>> {
         match *waiting.get_mut() {}
     }
 
