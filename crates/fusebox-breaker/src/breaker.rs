@@ -581,19 +581,12 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         EosRecorder { guard: self, slow }
     }
 
-    /// A breaker's decision as its stage's admission: the guard, put in the call's `slot`,
-    /// or the rejection as the call's answer. Every breaker stage (HTTP, keyed, plain)
-    /// admits through this.
+    /// A breaker's decision as its stage's admission: the guard, or the rejection as the
+    /// call's answer. Every breaker stage (HTTP, keyed, plain) admits through this.
     #[inline(always)]
-    pub(crate) fn admission(
-        decided: Result<Self, CircuitOpen>,
-        slot: &mut Option<Self>,
-    ) -> Admit<NoWait> {
+    pub(crate) fn admission(decided: Result<Self, CircuitOpen>) -> Admit<Option<Self>, NoWait> {
         match decided {
-            Ok(guard) => {
-                *slot = Some(guard);
-                Admit::Ready
-            }
+            Ok(guard) => Admit::Ready(Some(guard)),
             Err(open) => Admit::Refuse(Box::new(open)),
         }
     }

@@ -763,13 +763,8 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
     type Timer = NoTimer;
 
     #[inline]
-    fn admit(
-        &self,
-        request: &mut Request<B>,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<NoWait> {
-        Guard::admission(self.admit_in(request, scope), admitted)
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
+        Guard::admission(self.admit_in(request, scope))
     }
 
     fn poll_wait(
@@ -777,9 +772,8 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
-        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}
     }
 

@@ -149,9 +149,9 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
     type Timer = NoTimer;
 
     #[inline]
-    fn admit(&self, _: &mut R, _: &mut Scope, admitted: &mut Self::Admitted) -> Admit<NoWait> {
+    fn admit(&self, _: &mut R, _: &mut Scope) -> Admit<Self::Admitted, NoWait> {
         let leases = &*self.breaker;
-        Guard::admission(leases.admit_plain(|| lease(leases)), admitted)
+        Guard::admission(leases.admit_plain(|| lease(leases)))
     }
 
     fn poll_wait(
@@ -159,9 +159,8 @@ impl<R, C: Classifier, St: Store> Stage<R> for PlainStage<C, St> {
         waiting: Pin<&mut NoWait>,
         _: &mut R,
         _: &mut Scope,
-        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}
     }
 

@@ -79,13 +79,8 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
     type Timer = NoTimer;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Request<B>,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<NoWait> {
-        Guard::admission(self.admit_in(request, scope), admitted)
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
+        Guard::admission(self.admit_in(request, scope))
     }
 
     fn poll_wait(
@@ -93,9 +88,8 @@ impl<B, C: Classifier, St: Store> Stage<Request<B>> for BreakerStage<C, St> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
-        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}
     }
 

@@ -470,6 +470,40 @@ mod tests {
     }
 
     #[test]
+    fn handing_on_enters_only_a_scope_that_adds_to_the_current_one() {
+        let table = table();
+        let request = Request::get("/users/7").body(()).unwrap();
+
+        // Nothing current: the scope that resolved the call is entered.
+        let mut outer = Scope::new();
+        let route = table.resolve_in(&request, &mut outer);
+        let entered = outer.hand_on();
+        assert!(entered.previous.is_some(), "a new resolution is entered");
+
+        // A scope that only took the current one's resolution over adds nothing: handing
+        // the call on leaves the current scope as it is.
+        let mut inner = Scope::new();
+        assert_eq!(table.resolve_in(&request, &mut inner), route);
+        assert!(
+            inner.hand_on().previous.is_none(),
+            "nothing new, not entered"
+        );
+
+        // One that worked out more (whether the call is safe to repeat) is entered, and
+        // what it added is read inside it.
+        let mut more = Scope::new();
+        assert!(table.meta_in(&request, &mut more).idempotent());
+        let more_entered = more.hand_on();
+        assert!(more_entered.previous.is_some(), "an addition is entered");
+        let current = CURRENT.with(Cell::get);
+        let kept = current.entries.iter().find(|e| e.table == table.id());
+        assert_eq!(kept.and_then(|e| e.idempotent), Some(true));
+        drop(more_entered);
+        drop(entered);
+        assert_eq!(CURRENT.with(Cell::get), Scope::new(), "restored");
+    }
+
+    #[test]
     fn a_third_table_replaces_the_oldest() {
         let tables = [table(), table(), table()];
         let request = Request::get("/users/7").body(()).unwrap();

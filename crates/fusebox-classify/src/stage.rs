@@ -49,11 +49,11 @@
 //!     type End = NoEnd;
 //!     type Timer = NoTimer;
 //!
-//!     fn admit(&self, _: &mut Request<B>, _: &mut Scope, _: &mut ()) -> Admit<NoWait> {
+//!     fn admit(&self, _: &mut Request<B>, _: &mut Scope) -> Admit<(), NoWait> {
 //!         if self.0.fetch_add(1, Ordering::Relaxed) % 3 == 2 {
 //!             Admit::Refuse("every third call is refused".into())
 //!         } else {
-//!             Admit::Ready
+//!             Admit::Ready(())
 //!         }
 //!     }
 //!
@@ -62,9 +62,8 @@
 //!         waiting: Pin<&mut NoWait>,
 //!         _: &mut Request<B>,
 //!         _: &mut Scope,
-//!         _: &mut (),
 //!         _: &mut Context<'_>,
-//!     ) -> Poll<Admit<NoWait>> {
+//!     ) -> Poll<Admit<(), NoWait>> {
 //!         match *waiting.get_mut() {}
 //!     }
 //!
@@ -102,19 +101,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tower_service::Service;
 
-/// What a stage decides for a call before it is sent. What it holds for an admitted call
-/// it has put in the call's [`Admitted`](Stage::Admitted) slot.
+/// What a stage decides for a call before it is sent.
 #[derive(Debug)]
-pub enum Admit<W> {
-    /// The call may go.
-    Ready,
+pub enum Admit<A, W> {
+    /// The call may go; `A` is what the stage holds until the answer is in.
+    Ready(A),
     /// The call has to wait (a full limit's queue); poll [`Stage::poll_wait`] with `W`.
     Wait(W),
-    /// The call is refused and never sent; the error is the call's answer. When its
-    /// future is polled, the error is told to whatever the outer parts of the stage had
-    /// admitted the call with (their part of the slot) — as a refusal by an inner layer
-    /// reaches the layers around it.
+    /// The call is refused and never sent; the error is the call's answer.
     Refuse(BoxError),
+    /// The call was admitted by the outer part of a stage and refused by an inner part: it
+    /// is never sent, and when its future is polled the error is its answer, told to what
+    /// admitted it (`A`) — as a refusal by an inner layer reaches the layers around it.
+    Fail(A, BoxError),
 }
 
 /// The answer a stage is told about in [`Stage::on_answer`].
@@ -140,14 +139,9 @@ pub enum Answer<'a> {
 /// admitted, everything the call needs is in its [`Admitted`](Stage::Admitted) value, so
 /// the healthy call's future holds no reference to the stage.
 pub trait Stage<Req> {
-    /// What an admitted call holds until its answer is in, in a slot of the call that
-    /// starts empty (its `Default`) and that the stage fills as it admits the call: written
-    /// where it lies, so that the stages of a pair, each filling its part, never move
-    /// what another one admitted. An empty slot holds nothing and is told nothing (its
-    /// [`on_answer`](Stage::on_answer) is `None`, its [`poll_deadline`](Stage::poll_deadline)
-    /// pending). Dropping a filled one unanswered means the call was cancelled: it gives
-    /// back what it holds and counts nothing.
-    type Admitted: Default;
+    /// What an admitted call holds until its answer is in. Dropping it unanswered means
+    /// the call was cancelled: it gives back what it holds and counts nothing.
+    type Admitted;
     /// What a call that has to wait holds while it waits ([`NoWait`] for a stage that
     /// never makes a call wait).
     type Waiting;
@@ -161,31 +155,23 @@ pub trait Stage<Req> {
     /// [`poll_deadline`](Stage::poll_deadline) touches it.
     type Timer: Default;
 
-    /// Decides whether `request` may go now, must wait, or is refused, filling
-    /// `admitted` (empty when called) with what an admitted call holds. The stage may
+    /// Decides whether `request` may go now, must wait, or is refused. The stage may
     /// change the request (a timeout tells the next hop its deadline). What a stage needs
     /// to know about the call's route it reads from `scope`, which every stage of the call
     /// shares (and which an outer fusebox layer may have filled already): see
     /// [`context`](crate::context).
-    fn admit(
-        &self,
-        request: &mut Req,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<Self::Waiting>;
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting>;
 
-    /// Drives a waiting call, with the slot [`admit`](Stage::admit) left (which the parts
-    /// of the stage that admitted it before it had to wait have filled); ready with its
-    /// admission ([`Admit::Ready`]) or with the error that refuses it ([`Admit::Refuse`]).
-    /// Never [`Admit::Wait`].
+    /// Drives a waiting call; ready with its admission ([`Admit::Ready`]), or with the
+    /// error that refuses it ([`Admit::Refuse`], or [`Admit::Fail`] when part of the stage
+    /// had admitted it). Never [`Admit::Wait`].
     fn poll_wait(
         &self,
         waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
         scope: &mut Scope,
-        admitted: &mut Self::Admitted,
         cx: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>>;
+    ) -> Poll<Admit<Self::Admitted, NoWait>>;
 
     /// Polled while the inner call is pending: ready with the error that ends the call
     /// when the stage's deadline has passed, with the call's [`Timer`](Stage::Timer). The
@@ -201,8 +187,7 @@ pub trait Stage<Req> {
     }
 
     /// The call's answer is in: record it, and return what the response body still owes
-    /// the stage, if anything. Called at most once per call, with the call's slot (empty
-    /// when the stage did not admit the call: then it answers `None`).
+    /// the stage, if anything. Called at most once per admitted call.
     ///
     /// `verdict` is the answer's verdict, shared by every stage told this answer: a stage
     /// that judges the answer asks it ([`SharedVerdict::classify`]) rather than its
@@ -259,65 +244,99 @@ impl OnEndOfStream for NoEnd {
 
 // === impl (A, B) ===
 
-/// What a pair of stages holds for a call: the outer stage's slot and the inner one's
-/// (left empty when the outer stage refused the call, or the inner one did).
+/// What a pair of stages holds for an admitted call: the outer stage's admission and the
+/// inner one's (`None` when the inner stage refused the call).
 #[pin_project]
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Both<A, B> {
     #[pin]
     outer: A,
     #[pin]
-    inner: B,
+    inner: Option<B>,
 }
 
 /// How a pair of stages makes a call wait: at the outer stage (the inner one has not been
-/// asked yet), or at the inner one (the outer one admitted it: its admission is in the
-/// call's slot).
+/// asked yet), or at the inner one (the outer one admitted it).
 #[pin_project(project = PairWaitProj)]
 #[derive(Debug)]
-pub enum PairWait<WA, WB> {
+pub enum PairWait<A, WA, WB> {
     /// Waiting at the outer stage.
     Outer(#[pin] WA),
     /// Admitted by the outer stage, waiting at the inner one.
-    Inner(#[pin] WB),
+    Inner {
+        /// The outer stage's admission, kept unpinned until the call is sent.
+        outer: Option<A>,
+        /// The inner stage's wait.
+        #[pin]
+        waiting: WB,
+    },
 }
 
-impl<S, WA: Handoff<S>, WB: Handoff<S>> Handoff<S> for PairWait<WA, WB> {
+impl<S, A, WA: Handoff<S>, WB: Handoff<S>> Handoff<S> for PairWait<A, WA, WB> {
     #[inline]
     fn take(&self, inner: &mut S) -> S {
         match self {
             PairWait::Outer(w) => w.take(inner),
-            PairWait::Inner(w) => w.take(inner),
+            PairWait::Inner { waiting, .. } => waiting.take(inner),
         }
+    }
+}
+
+/// The inner stage's decision after the outer stage admitted the call with `outer`; an
+/// inner wait is the caller's to handle (it keeps `outer` in the pair's wait).
+#[inline(always)]
+fn with_outer<A, B>(outer: A, inner: Admit<B, NoWait>) -> Admit<Both<A, B>, NoWait> {
+    match inner {
+        Admit::Ready(inner) => Admit::Ready(Both {
+            outer,
+            inner: Some(inner),
+        }),
+        Admit::Wait(never) => match never {},
+        Admit::Refuse(error) => Admit::Fail(Both { outer, inner: None }, error),
+        Admit::Fail(inner, error) => Admit::Fail(
+            Both {
+                outer,
+                inner: Some(inner),
+            },
+            error,
+        ),
     }
 }
 
 impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
     type Admitted = Both<A::Admitted, B::Admitted>;
-    type Waiting = PairWait<A::Waiting, B::Waiting>;
+    type Waiting = PairWait<A::Admitted, A::Waiting, B::Waiting>;
     /// The inner stage's end first, then the outer one's: the inner body sat inside.
     type End = (Option<B::End>, Option<A::End>);
     type Timer = PairTimer<A::Timer, B::Timer>;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Req,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<Self::Waiting> {
-        match self.0.admit(request, scope, &mut admitted.outer) {
-            Admit::Ready => {}
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
+        let outer = match self.0.admit(request, scope) {
+            Admit::Ready(outer) => outer,
             Admit::Wait(waiting) => return Admit::Wait(PairWait::Outer(waiting)),
             Admit::Refuse(error) => return Admit::Refuse(error),
-        }
-        // A refusal here is told to the outer stage when the call's future is polled (its
-        // admission is in the slot), as a refusal by an inner layer reaches the layers
-        // around it.
-        match self.1.admit(request, scope, &mut admitted.inner) {
-            Admit::Ready => Admit::Ready,
-            Admit::Wait(waiting) => Admit::Wait(PairWait::Inner(waiting)),
-            Admit::Refuse(error) => Admit::Refuse(error),
+            Admit::Fail(outer, error) => return Admit::Fail(Both { outer, inner: None }, error),
+        };
+        match self.1.admit(request, scope) {
+            Admit::Ready(inner) => Admit::Ready(Both {
+                outer,
+                inner: Some(inner),
+            }),
+            Admit::Wait(waiting) => Admit::Wait(PairWait::Inner {
+                outer: Some(outer),
+                waiting,
+            }),
+            // Told to the outer stage when the call's future is polled, as a refusal by an
+            // inner layer reaches the layers around it.
+            Admit::Refuse(error) => Admit::Fail(Both { outer, inner: None }, error),
+            Admit::Fail(inner, error) => Admit::Fail(
+                Both {
+                    outer,
+                    inner: Some(inner),
+                },
+                error,
+            ),
         }
     }
 
@@ -326,25 +345,42 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
         mut waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
         scope: &mut Scope,
-        admitted: &mut Self::Admitted,
         cx: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
-        if let PairWaitProj::Outer(w) = waiting.as_mut().project() {
-            match ready!(self.0.poll_wait(w, request, scope, &mut admitted.outer, cx)) {
-                Admit::Ready => {}
-                Admit::Wait(never) => match never {},
-                Admit::Refuse(error) => return Poll::Ready(Admit::Refuse(error)),
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        loop {
+            match waiting.as_mut().project() {
+                PairWaitProj::Outer(w) => {
+                    let outer = match ready!(self.0.poll_wait(w, request, scope, cx)) {
+                        Admit::Ready(outer) => outer,
+                        Admit::Wait(never) => match never {},
+                        Admit::Refuse(error) => return Poll::Ready(Admit::Refuse(error)),
+                        Admit::Fail(outer, error) => {
+                            return Poll::Ready(Admit::Fail(Both { outer, inner: None }, error));
+                        }
+                    };
+                    let inner = match self.1.admit(request, scope) {
+                        Admit::Wait(w) => {
+                            waiting.set(PairWait::Inner {
+                                outer: Some(outer),
+                                waiting: w,
+                            });
+                            continue;
+                        }
+                        Admit::Ready(inner) => Admit::Ready(inner),
+                        Admit::Refuse(error) => Admit::Refuse(error),
+                        Admit::Fail(inner, error) => Admit::Fail(inner, error),
+                    };
+                    return Poll::Ready(with_outer(outer, inner));
+                }
+                PairWaitProj::Inner { outer, waiting: w } => {
+                    let inner = ready!(self.1.poll_wait(w, request, scope, cx));
+                    // `None`: polled again after it was ready; it stays pending.
+                    let Some(outer) = outer.take() else {
+                        return Poll::Pending;
+                    };
+                    return Poll::Ready(with_outer(outer, inner));
+                }
             }
-            match self.1.admit(request, scope, &mut admitted.inner) {
-                Admit::Ready => return Poll::Ready(Admit::Ready),
-                Admit::Refuse(error) => return Poll::Ready(Admit::Refuse(error)),
-                Admit::Wait(w) => waiting.set(PairWait::Inner(w)),
-            }
-        }
-        match waiting.project() {
-            PairWaitProj::Inner(w) => self.1.poll_wait(w, request, scope, &mut admitted.inner, cx),
-            // Set to the inner wait just above.
-            PairWaitProj::Outer(_) => Poll::Pending,
         }
     }
 
@@ -357,7 +393,9 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
         let both = admitted.project();
         let timers = timer.project();
         // The inner stage's deadline first, as the inner layer's timer would fire first.
-        if let Poll::Ready(error) = B::poll_deadline(both.inner, timers.inner, cx) {
+        if let Some(inner) = both.inner.as_pin_mut()
+            && let Poll::Ready(error) = B::poll_deadline(inner, timers.inner, cx)
+        {
             return Poll::Ready(error);
         }
         A::poll_deadline(both.outer, timers.outer, cx)
@@ -370,7 +408,10 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
         let both = admitted.project();
-        let inner = B::on_answer(both.inner, answer, verdict);
+        let inner = match both.inner.as_pin_mut() {
+            Some(inner) => B::on_answer(inner, answer, verdict),
+            None => None,
+        };
         let outer = A::on_answer(both.outer, answer, verdict);
         if inner.is_none() && outer.is_none() {
             None
@@ -382,25 +423,18 @@ impl<Req, A: Stage<Req>, B: Stage<Req>> Stage<Req> for (A, B) {
 
 // === impl Option<St> ===
 
-/// A stage that is there or not: `None` admits every call, leaving its slot empty (so
-/// that it records nothing). The slot is the stage's own: an off stage costs its room in
-/// the call, not a second tag around it.
+/// A stage that is there or not: `None` admits every call and records nothing.
 impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
-    type Admitted = St::Admitted;
+    type Admitted = Option<St::Admitted>;
     type Waiting = St::Waiting;
     type End = St::End;
     type Timer = St::Timer;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Req,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<Self::Waiting> {
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
         match self {
-            None => Admit::Ready,
-            Some(stage) => stage.admit(request, scope, admitted),
+            None => Admit::Ready(None),
+            Some(stage) => some(stage.admit(request, scope)),
         }
     }
 
@@ -409,11 +443,10 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
         waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
         scope: &mut Scope,
-        admitted: &mut Self::Admitted,
         cx: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match self {
-            Some(stage) => stage.poll_wait(waiting, request, scope, admitted, cx),
+            Some(stage) => stage.poll_wait(waiting, request, scope, cx).map(some),
             // Only a stage that is there makes a call wait.
             None => Poll::Pending,
         }
@@ -425,7 +458,10 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
         timer: Pin<&mut Self::Timer>,
         cx: &mut Context<'_>,
     ) -> Poll<BoxError> {
-        St::poll_deadline(admitted, timer, cx)
+        match admitted.as_pin_mut() {
+            Some(admitted) => St::poll_deadline(admitted, timer, cx),
+            None => Poll::Pending,
+        }
     }
 
     #[inline(always)]
@@ -434,7 +470,18 @@ impl<Req, St: Stage<Req>> Stage<Req> for Option<St> {
         answer: Answer<'_>,
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
-        St::on_answer(admitted, answer, verdict)
+        St::on_answer(admitted.as_pin_mut()?, answer, verdict)
+    }
+}
+
+/// A stage's decision, as its `Option`'s.
+#[inline(always)]
+fn some<A, W>(admit: Admit<A, W>) -> Admit<Option<A>, W> {
+    match admit {
+        Admit::Ready(admitted) => Admit::Ready(Some(admitted)),
+        Admit::Wait(waiting) => Admit::Wait(waiting),
+        Admit::Refuse(error) => Admit::Refuse(error),
+        Admit::Fail(admitted, error) => Admit::Fail(Some(admitted), error),
     }
 }
 
@@ -465,13 +512,8 @@ impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
     type Timer = St::Timer;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Req,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<Self::Waiting> {
-        (**self).admit(request, scope, admitted)
+    fn admit(&self, request: &mut Req, scope: &mut Scope) -> Admit<Self::Admitted, Self::Waiting> {
+        (**self).admit(request, scope)
     }
 
     fn poll_wait(
@@ -479,10 +521,9 @@ impl<Req, St: Stage<Req>> Stage<Req> for Arc<St> {
         waiting: Pin<&mut Self::Waiting>,
         request: &mut Req,
         scope: &mut Scope,
-        admitted: &mut Self::Admitted,
         cx: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
-        (**self).poll_wait(waiting, request, scope, admitted, cx)
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
+        (**self).poll_wait(waiting, request, scope, cx)
     }
 
     #[inline(always)]
@@ -665,37 +706,34 @@ where
         // What the stages resolve about the call, shared by them and, while the call is
         // handed on, by the fusebox services inside this one.
         let mut scope = Scope::new();
-        // Filled in place by the stages, then moved once, into the future.
-        let mut admitted = St::Admitted::default();
-        match self.stage.admit(&mut request, &mut scope, &mut admitted) {
-            Admit::Ready => {
+        match self.stage.admit(&mut request, &mut scope) {
+            Admit::Ready(admitted) => {
                 let _current = scope.hand_on();
                 StagedFuture {
                     phase: Phase::Called {
                         future: self.inner.call(request),
                     },
-                    admitted,
+                    admitted: Some(admitted),
                     timer: St::Timer::default(),
                     reply: PhantomData,
                 }
             }
-            Admit::Wait(waiting) => self.wait(waiting, request, scope, admitted),
-            Admit::Refuse(error) => StagedFuture::refused(error, admitted),
+            Admit::Wait(waiting) => self.wait(waiting, request, scope),
+            Admit::Refuse(error) => StagedFuture::refused(error, None),
+            Admit::Fail(admitted, error) => StagedFuture::refused(error, Some(admitted)),
         }
     }
 }
 
 impl<S, St, P> Staged<S, St, P> {
     /// A call that has to wait takes the service the caller polled ready with it (and the
-    /// stage, to admit it later, and what it was admitted with so far); this runner keeps
-    /// a fresh service in its place.
+    /// stage, to admit it later); this runner keeps a fresh service in its place.
     #[inline(never)]
     fn wait<Req>(
         &mut self,
         waiting: St::Waiting,
         request: Req,
         scope: Scope,
-        admitted: St::Admitted,
     ) -> StagedFuture<S, Req, St, P>
     where
         S: Service<Req>,
@@ -710,10 +748,9 @@ impl<S, St, P> Staged<S, St, P> {
                     stage: self.stage.clone(),
                     call: Some((service, request)),
                     scope,
-                    admitted,
                 }),
             },
-            admitted: St::Admitted::default(),
+            admitted: None,
             timer: St::Timer::default(),
             reply: PhantomData,
         }
@@ -735,9 +772,8 @@ where
 {
     #[pin]
     phase: Phase<S, Req, St>,
-    /// What the stages admitted the call with (empty while it waits, and once answered).
     #[pin]
-    admitted: St::Admitted,
+    admitted: Option<St::Admitted>,
     /// The stages' timers: made empty here and never moved ([`Stage::Timer`]).
     #[pin]
     timer: St::Timer,
@@ -776,9 +812,6 @@ struct Waiter<S, Req, St: Stage<Req>> {
     call: Option<(S, Req)>,
     /// The call's scope: what its stages resolved, current again when it is sent.
     scope: Scope,
-    /// What the stages that admitted the call before it had to wait hold: moved into the
-    /// future's slot when the call is sent (or refused).
-    admitted: St::Admitted,
 }
 
 impl<S, Req, St, P> StagedFuture<S, Req, St, P>
@@ -786,10 +819,10 @@ where
     S: Service<Req>,
     St: Stage<Req>,
 {
-    /// A call refused before it was sent; `admitted` is what the outer parts of the stage
+    /// A call refused before it was sent; `admitted` is what the outer part of the stage
     /// had admitted it with, told of the refusal when the future is polled.
     #[cold]
-    fn refused(error: BoxError, admitted: St::Admitted) -> Self {
+    fn refused(error: BoxError, admitted: Option<St::Admitted>) -> Self {
         StagedFuture {
             phase: Phase::Refused { error: Some(error) },
             admitted,
@@ -886,13 +919,12 @@ where
                     Poll::Ready(Err(error)) => error.into(),
                     // The call first: a ready answer wins over a due deadline, and a call
                     // that answers on its first poll arms no timer.
-                    Poll::Pending => {
-                        ready!(St::poll_deadline(
-                            this.admitted.as_mut(),
-                            this.timer.as_mut(),
-                            cx
-                        ))
-                    }
+                    Poll::Pending => match this.admitted.as_mut().as_pin_mut() {
+                        Some(admitted) => {
+                            ready!(St::poll_deadline(admitted, this.timer.as_mut(), cx))
+                        }
+                        None => return Poll::Pending,
+                    },
                 },
                 PhaseProj::Waiting { .. } => {
                     ready!(send(this.phase.as_mut(), this.admitted.as_mut(), cx));
@@ -919,7 +951,7 @@ where
 #[inline(never)]
 fn send<S, Req, St>(
     mut phase: Pin<&mut Phase<S, Req, St>>,
-    mut admitted: Pin<&mut St::Admitted>,
+    mut admitted: Pin<&mut Option<St::Admitted>>,
     cx: &mut Context<'_>,
 ) -> Poll<()>
 where
@@ -934,17 +966,14 @@ where
         let Some((_, request)) = waiter.call.as_mut() else {
             return Poll::Pending;
         };
-        let decided = ready!(waiter.stage.poll_wait(
-            waiter.waiting,
-            request,
-            waiter.scope,
-            waiter.admitted,
-            cx
-        ));
-        admitted.set(std::mem::take(waiter.admitted));
-        match decided {
-            Admit::Ready => match waiter.call.take() {
+        match ready!(
+            waiter
+                .stage
+                .poll_wait(waiter.waiting, request, waiter.scope, cx)
+        ) {
+            Admit::Ready(admission) => match waiter.call.take() {
                 Some((mut service, request)) => {
+                    admitted.set(Some(admission));
                     let _current = waiter.scope.enter();
                     Ok(service.call(request))
                 }
@@ -952,6 +981,10 @@ where
             },
             Admit::Wait(never) => match never {},
             Admit::Refuse(error) => Err(error),
+            Admit::Fail(admission, error) => {
+                admitted.set(Some(admission));
+                Err(error)
+            }
         }
     };
     match sent {
@@ -967,7 +1000,7 @@ where
 fn answered<S, R, Req, St, P>(
     mut response: R,
     mut phase: Pin<&mut Phase<S, Req, St>>,
-    mut admitted: Pin<&mut St::Admitted>,
+    mut admitted: Pin<&mut Option<St::Admitted>>,
     mut timer: Pin<&mut St::Timer>,
 ) -> P::Output<St::End>
 where
@@ -976,8 +1009,11 @@ where
     P: Reply<R>,
 {
     let verdict = SharedVerdict::new();
-    let end = St::on_answer(admitted.as_mut(), P::answer(&response), &verdict);
-    admitted.set(St::Admitted::default());
+    let end = match admitted.as_mut().as_pin_mut() {
+        Some(stages) => St::on_answer(stages, P::answer(&response), &verdict),
+        None => None,
+    };
+    admitted.set(None);
     // A timer armed while the call was pending goes with it, whoever keeps this future.
     timer.set(St::Timer::default());
     // Only a verdict has to be kept: with none (a plain answer, which no stage judges), the
@@ -1003,7 +1039,7 @@ where
 fn failed<S, Req, St>(
     error: BoxError,
     mut phase: Pin<&mut Phase<S, Req, St>>,
-    mut admitted: Pin<&mut St::Admitted>,
+    mut admitted: Pin<&mut Option<St::Admitted>>,
     mut timer: Pin<&mut St::Timer>,
 ) -> BoxError
 where
@@ -1011,8 +1047,11 @@ where
     St: Stage<Req>,
 {
     let verdict = SharedVerdict::new();
-    let end = St::on_answer(admitted.as_mut(), Answer::Error(&*error), &verdict);
-    admitted.set(St::Admitted::default());
+    let end = match admitted.as_mut().as_pin_mut() {
+        Some(stages) => St::on_answer(stages, Answer::Error(&*error), &verdict),
+        None => None,
+    };
+    admitted.set(None);
     timer.set(St::Timer::default());
     phase.set(Phase::Done {
         judgement: verdict.judgement(),

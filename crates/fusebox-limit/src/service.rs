@@ -127,13 +127,9 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
         &self,
         request: &mut Request<B>,
         scope: &mut Scope,
-        slot: &mut Self::Admitted,
-    ) -> Admit<Queued<C>> {
+    ) -> Admit<Self::Admitted, Queued<C>> {
         match self.acquire_in(request, scope) {
-            Acquire::Admitted(admitted) => {
-                *slot = Some(admitted);
-                Admit::Ready
-            }
+            Acquire::Admitted(admitted) => Admit::Ready(Some(admitted)),
             Acquire::Queued(queued) => Admit::Wait(queued),
             Acquire::Shed(error) => Admit::Refuse(error.into()),
         }
@@ -144,14 +140,10 @@ impl<B, C: Classifier, P: Partitioner<B>> Stage<Request<B>> for LimitStage<C, P>
         waiting: Pin<&mut Queued<C>>,
         _: &mut Request<B>,
         _: &mut Scope,
-        slot: &mut Self::Admitted,
         cx: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
         waiting.poll_admit(cx).map(|admitted| match admitted {
-            Ok(admitted) => {
-                *slot = Some(admitted);
-                Admit::Ready
-            }
+            Ok(admitted) => Admit::Ready(Some(admitted)),
             Err(shed) => Admit::Refuse(shed.into()),
         })
     }

@@ -159,23 +159,15 @@ impl<C> TimeoutStage<C> {
 }
 
 impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
-    type Admitted = Option<Bound>;
+    type Admitted = Bound;
     type Waiting = NoWait;
     type End = NoEnd;
     type Timer = Timer;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Request<B>,
-        scope: &mut Scope,
-        admitted: &mut Option<Bound>,
-    ) -> Admit<NoWait> {
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Bound, NoWait> {
         match self.bound_in(request, scope) {
-            Ok(bound) => {
-                *admitted = Some(bound);
-                Admit::Ready
-            }
+            Ok(bound) => Admit::Ready(bound),
             Err(expired) => Admit::Refuse(expired.into_error()),
         }
     }
@@ -185,35 +177,29 @@ impl<B, C: Classifier> Stage<Request<B>> for TimeoutStage<C> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
-        _: &mut Option<Bound>,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Bound, NoWait>> {
         match *waiting.get_mut() {}
     }
 
     #[inline(always)]
     fn poll_deadline(
-        admitted: Pin<&mut Option<Bound>>,
+        admitted: Pin<&mut Bound>,
         timer: Pin<&mut Timer>,
         cx: &mut Context<'_>,
     ) -> Poll<BoxError> {
-        match admitted.get_mut() {
-            Some(bound) => timer.poll_elapsed(bound, cx),
-            None => Poll::Pending,
-        }
+        timer.poll_elapsed(&admitted, cx)
     }
 
     #[inline(always)]
     fn on_answer(
-        admitted: Pin<&mut Option<Bound>>,
+        admitted: Pin<&mut Bound>,
         answer: Answer<'_>,
         _: &SharedVerdict,
     ) -> Option<NoEnd> {
         // A call this timeout ended was counted when its time ran out.
-        if let Some(bound) = admitted.get_mut()
-            && !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>())
-        {
-            crate::telemetry::completed(bound.route());
+        if !matches!(answer, Answer::Error(e) if e.is::<fusebox_classify::error::Elapsed>()) {
+            crate::telemetry::completed(admitted.route());
         }
         None
     }

@@ -77,15 +77,10 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
     type Timer = NoTimer;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Request<B>,
-        scope: &mut Scope,
-        admitted: &mut Self::Admitted,
-    ) -> Admit<NoWait> {
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
         match self {
-            BreakerStages::Single(b) => b.admit(request, scope, admitted),
-            BreakerStages::Keyed(b) => b.admit(request, scope, admitted),
+            BreakerStages::Single(b) => b.admit(request, scope),
+            BreakerStages::Keyed(b) => b.admit(request, scope),
         }
     }
 
@@ -94,9 +89,8 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
-        _: &mut Self::Admitted,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Self::Admitted, NoWait>> {
         match *waiting.get_mut() {}
     }
 

@@ -79,18 +79,13 @@ impl<C: Classifier> fmt::Debug for Admitted<C> {
 }
 
 impl<B, C: Classifier> Stage<Request<B>> for EndpointStage<C> {
-    type Admitted = Option<Admitted<C>>;
+    type Admitted = Admitted<C>;
     type Waiting = NoWait;
     type End = EosRecorder<C, MemoryStore>;
     type Timer = NoTimer;
 
     #[inline(always)]
-    fn admit(
-        &self,
-        request: &mut Request<B>,
-        scope: &mut Scope,
-        admitted: &mut Option<Admitted<C>>,
-    ) -> Admit<NoWait> {
+    fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Admitted<C>, NoWait> {
         let guard = match self.breaker.admit_in(request, scope) {
             Ok(guard) => Some(guard),
             // Kept in by the pool: sent, and not recorded (the breaker's probes, which it
@@ -98,11 +93,10 @@ impl<B, C: Classifier> Stage<Request<B>> for EndpointStage<C> {
             Err(_) if self.slot.mode() == PASS => None,
             Err(open) => return Admit::Refuse(Box::new(open)),
         };
-        *admitted = Some(Admitted {
+        Admit::Ready(Admitted {
             guard,
             flight: Arc::clone(&self.slot.flight),
-        });
-        Admit::Ready
+        })
     }
 
     fn poll_wait(
@@ -110,19 +104,18 @@ impl<B, C: Classifier> Stage<Request<B>> for EndpointStage<C> {
         waiting: Pin<&mut NoWait>,
         _: &mut Request<B>,
         _: &mut Scope,
-        _: &mut Option<Admitted<C>>,
         _: &mut Context<'_>,
-    ) -> Poll<Admit<NoWait>> {
+    ) -> Poll<Admit<Admitted<C>, NoWait>> {
         match *waiting.get_mut() {}
     }
 
     #[inline(always)]
     fn on_answer(
-        admitted: Pin<&mut Option<Admitted<C>>>,
+        admitted: Pin<&mut Admitted<C>>,
         answer: Answer<'_>,
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
-        let guard = Pin::new(&mut admitted.get_mut().as_mut()?.guard);
+        let guard = Pin::new(&mut admitted.get_mut().guard);
         <BreakerStage<C, MemoryStore> as Stage<Request<B>>>::on_answer(guard, answer, verdict)
     }
 }
