@@ -530,8 +530,31 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     #[inline(always)]
     fn finish_outcome(&mut self, outcome: Outcome) {
-        let (slow, now) = self.breaker.measure(self.route(), self.started);
-        self.finish_measured(outcome, slow, now);
+        let Guard {
+            breaker,
+            permit,
+            meta,
+            started,
+            done,
+        } = self;
+        Self::record_now(breaker, *permit, meta, *started, done, outcome);
+    }
+
+    /// Records `outcome` (slowness measured now) on `breaker`, the guard's owner looked
+    /// through once by the caller (each look is a branch and two loads, and the stores of
+    /// the recording would make the compiler look again); `done` is the guard's flag.
+    #[inline(always)]
+    fn record_now(
+        breaker: &Breaker<C, St>,
+        permit: Permit,
+        meta: &M,
+        started: Option<Instant>,
+        done: &mut bool,
+        outcome: Outcome,
+    ) {
+        let (slow, now) = breaker.measure(meta.route(), started);
+        *done = true;
+        breaker.record(permit, outcome, slow, now);
     }
 
     #[inline(always)]
@@ -612,9 +635,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             *slot = None;
             return None;
         }
-        // One look through the guard's owner for the whole answer (each look is a branch
-        // and two loads, and the stores of the recording between them would make the
-        // compiler look again).
+        // One look through the guard's owner for the whole answer (see `record_now`).
         let Guard {
             breaker,
             permit,
@@ -623,12 +644,8 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             done,
         } = guard;
         let b: &Breaker<C, St> = breaker;
-        // `finish_outcome`, through `b`.
-        let mut finish = |outcome: Outcome| {
-            let (slow, now) = b.measure(meta.route(), *started);
-            *done = true;
-            b.record(*permit, outcome, slow, now);
-        };
+        let mut finish =
+            |outcome: Outcome| Self::record_now(b, *permit, meta, *started, done, outcome);
         let at_end = match answer {
             Answer::Head { status, headers } => {
                 match b.classify_response_shared(meta, status, headers, shared) {
