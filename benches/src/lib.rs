@@ -7,7 +7,7 @@
 
 use cpu_time::ProcessTime;
 use std::future::Future;
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, Barrier, OnceLock, mpsc};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
@@ -82,15 +82,25 @@ pub fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
 
 /// `iters` calls split between two tasks on the two-worker runtime `rt`, started together:
 /// the wall time from the first start to the last end (or the process's CPU time when
-/// [`cpu_time()`] is on). The blocking barrier holds the first task's worker until the second
-/// task runs on the other worker, so the two really run in parallel.
+/// [`cpu_time()`] is on).
+///
+/// The two tasks meet at a blocking barrier before their first call, so both run at once,
+/// one on each worker. The second task is spawned only once the first one runs: by then
+/// the first holds its worker at the barrier, so the second can only be taken by the
+/// other worker. Spawned together, both could be taken from the runtime's queue by one
+/// worker in one batch, and the first would block that worker at the barrier with the
+/// second queued behind it.
 pub fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
     let cpu = cpu_time().then(ProcessTime::now);
     let barrier = Arc::new(Barrier::new(2));
-    let handles = [iters.div_ceil(2), iters / 2].map(|calls| {
+    let (running, first_runs) = mpsc::channel::<()>();
+    let spawn = |calls: u64, running: Option<mpsc::Sender<()>>| {
         let mut client = client.clone();
         let barrier = Arc::clone(&barrier);
         rt.spawn(async move {
+            if let Some(running) = running {
+                let _ = running.send(());
+            }
             barrier.wait();
             let start = Instant::now();
             for _ in 0..calls {
@@ -98,11 +108,14 @@ pub fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
             }
             (start, Instant::now())
         })
-    });
+    };
+    let first = spawn(iters.div_ceil(2), Some(running));
+    first_runs.recv().expect("the first bench task runs");
+    let second = spawn(iters / 2, None);
     let wall = rt.block_on(async move {
         let mut first_start = None::<Instant>;
         let mut last_end = None::<Instant>;
-        for handle in handles {
+        for handle in [first, second] {
             let (start, end) = handle.await.expect("a bench task finished");
             first_start = Some(first_start.map_or(start, |s| s.min(start)));
             last_end = Some(last_end.map_or(end, |e| e.max(end)));
@@ -158,4 +171,36 @@ pub fn env_usize(var: &str, default: usize) -> usize {
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| *n > 0)
         .unwrap_or(default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+
+    /// Notes the thread of each call.
+    #[derive(Clone)]
+    struct Threads(Arc<Mutex<Vec<ThreadId>>>);
+
+    impl Client for Threads {
+        async fn once(&mut self) {
+            let mut seen = self.0.lock().expect("an unpoisoned list");
+            let id = std::thread::current().id();
+            if !seen.contains(&id) {
+                seen.push(id);
+            }
+        }
+    }
+
+    #[test]
+    fn the_two_tasks_run_on_both_workers() {
+        let rt = two_workers();
+        for round in 0..200 {
+            let threads = Threads(Arc::default());
+            two_tasks(&rt, &threads, 64);
+            let seen = threads.0.lock().expect("an unpoisoned list");
+            assert_eq!(seen.len(), 2, "round {round}: the calls ran on {seen:?}");
+        }
+    }
 }
