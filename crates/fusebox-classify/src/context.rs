@@ -213,7 +213,7 @@ impl Scope {
     }
 
     /// Takes over the current scope's resolutions if it is about the same request.
-    #[cold]
+    #[inline]
     fn inherit(&mut self, key: CallKey) {
         if let Ok(current) = CURRENT.try_with(Cell::get)
             && current.call == Some(key)
@@ -322,8 +322,8 @@ pub struct Entered {
 impl Drop for Entered {
     #[inline]
     fn drop(&mut self) {
-        if let Some(previous) = self.previous.take() {
-            let _ = CURRENT.try_with(|current| current.set(previous));
+        if let Some(previous) = &self.previous {
+            let _ = CURRENT.try_with(|current| current.set(*previous));
         }
     }
 }

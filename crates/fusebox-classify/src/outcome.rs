@@ -150,6 +150,83 @@ pub enum Classified {
     AtEndOfStream,
 }
 
+impl Classified {
+    /// This verdict as two words, for a store that is written and read a word at a time
+    /// ([`SharedVerdict`](crate::SharedVerdict)); [`from_words`](Self::from_words) gives
+    /// it back as it was. The first word is a `Retry-After`'s whole seconds (of its delay,
+    /// or of its date's distance from the Unix epoch); the second its nanoseconds (bits
+    /// 0–31), the outcome (32–33), slowness (34), the kind of retry hint (35–37) and
+    /// whether the verdict is ready (38).
+    #[inline]
+    pub(crate) fn to_words(self) -> [u64; 2] {
+        let Classified::Ready(v) = self else {
+            return [0, 0];
+        };
+        let (kind, after) = match v.retry {
+            RetryHint::Never => (0, Duration::ZERO),
+            RetryHint::Retryable => (1, Duration::ZERO),
+            RetryHint::NotSent => (2, Duration::ZERO),
+            RetryHint::After(after) => after_words(after),
+        };
+        let outcome = match v.outcome {
+            Outcome::Success => 0,
+            Outcome::Failure => 1,
+            Outcome::Ignored => 2,
+        };
+        [
+            after.as_secs(),
+            u64::from(after.subsec_nanos())
+                | outcome << 32
+                | u64::from(v.slow) << 34
+                | kind << 35
+                | 1 << 38,
+        ]
+    }
+
+    /// The verdict [`to_words`](Self::to_words) made these words of.
+    #[inline]
+    pub(crate) fn from_words([secs, rest]: [u64; 2]) -> Classified {
+        if rest & 1 << 38 == 0 {
+            return Classified::AtEndOfStream;
+        }
+        let outcome = match rest >> 32 & 0b11 {
+            0 => Outcome::Success,
+            1 => Outcome::Failure,
+            _ => Outcome::Ignored,
+        };
+        // Under a second of nanoseconds: no carry into the seconds.
+        let after = Duration::new(secs, (rest & 0xffff_ffff) as u32 % 1_000_000_000);
+        let epoch = SystemTime::UNIX_EPOCH;
+        let retry = match rest >> 35 & 0b111 {
+            0 => RetryHint::Never,
+            1 => RetryHint::Retryable,
+            2 => RetryHint::NotSent,
+            3 => RetryHint::After(RetryAfter::Delay(after)),
+            // The distance came from a `SystemTime`: the epoch moved by it is one.
+            4 => RetryHint::After(RetryAfter::At(epoch.checked_add(after).unwrap_or(epoch))),
+            _ => RetryHint::After(RetryAfter::At(epoch.checked_sub(after).unwrap_or(epoch))),
+        };
+        Classified::Ready(Verdict {
+            outcome,
+            slow: rest & 1 << 34 != 0,
+            retry,
+        })
+    }
+}
+
+/// A `Retry-After`'s kind (see [`Classified::to_words`]) and its delay or distance from
+/// the Unix epoch.
+#[cold]
+fn after_words(after: RetryAfter) -> (u64, Duration) {
+    match after {
+        RetryAfter::Delay(delay) => (3, delay),
+        RetryAfter::At(at) => match at.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(since) => (4, since),
+            Err(before) => (5, before.duration()),
+        },
+    }
+}
+
 impl From<Verdict> for Classified {
     /// A verdict known from the response head: [`Classified::Ready`].
     fn from(verdict: Verdict) -> Self {
@@ -210,8 +287,58 @@ mod tests {
         assert!(!Verdict::IGNORED.is_slow());
     }
 
+    /// Every kind of verdict, as the words a shared verdict keeps, comes back as it was.
+    #[test]
+    fn words_give_a_verdict_back() {
+        let epoch = SystemTime::UNIX_EPOCH;
+        let hints = [
+            RetryHint::Never,
+            RetryHint::Retryable,
+            RetryHint::NotSent,
+            RetryHint::After(RetryAfter::Delay(Duration::ZERO)),
+            RetryHint::After(RetryAfter::Delay(Duration::new(3, 250_000_000))),
+            RetryHint::After(RetryAfter::Delay(Duration::MAX)),
+            RetryHint::After(RetryAfter::At(epoch)),
+            RetryHint::After(RetryAfter::At(epoch + Duration::new(784_111_777, 1))),
+            RetryHint::After(RetryAfter::At(epoch - Duration::new(86_400, 999_999_999))),
+        ];
+        assert_eq!(
+            Classified::from_words(Classified::AtEndOfStream.to_words()),
+            Classified::AtEndOfStream
+        );
+        for outcome in [Outcome::Success, Outcome::Failure, Outcome::Ignored] {
+            for slow in [false, true] {
+                for hint in hints {
+                    let verdict =
+                        Classified::Ready(Verdict::new(outcome).with_retry(hint).with_slow(slow));
+                    assert_eq!(Classified::from_words(verdict.to_words()), verdict);
+                }
+            }
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
+
+        /// Any delay, and any date the platform can hold, comes back through the words
+        /// exactly.
+        #[test]
+        fn words_keep_any_retry_after(
+            secs in proptest::prelude::any::<u64>(),
+            nanos in 0u32..1_000_000_000,
+            before in proptest::prelude::any::<bool>(),
+            slow in proptest::prelude::any::<bool>(),
+        ) {
+            let span = Duration::new(secs, nanos);
+            let epoch = SystemTime::UNIX_EPOCH;
+            let date = if before { epoch.checked_sub(span) } else { epoch.checked_add(span) };
+            for after in std::iter::once(RetryAfter::Delay(span)).chain(date.map(RetryAfter::At)) {
+                let verdict = Classified::Ready(
+                    Verdict::FAILURE.with_retry(RetryHint::After(after)).with_slow(slow),
+                );
+                proptest::prop_assert_eq!(Classified::from_words(verdict.to_words()), verdict);
+            }
+        }
 
         /// Arbitrary bytes: no panic; a delay comes only from digits (saturating, never
         /// overflowing), a date only from a text that is an HTTP-date.

@@ -160,18 +160,35 @@ pub fn offer(judgement: Judgement) {
 /// Made by the stage runner for each answer — a response head, an error, the end of a
 /// stream — and lent to every stage that judges it; it lives on the stack, for the length
 /// of one call of the stages, and allocates nothing.
-#[derive(Default)]
 pub struct SharedVerdict {
-    judged: Cell<Option<Judgement>>,
+    /// The address of the table whose classifier gave the verdict (see [`Judgement`]);
+    /// 0 while no stage has asked.
+    ///
+    /// The verdict is kept field by field, not as one `Option<Judgement>`: each field is
+    /// written and read whole, so a stage reading what the one before it wrote, right
+    /// after, reads it from the store that wrote it (a wider read of narrower stores waits
+    /// for them to reach the cache).
+    table: Cell<usize>,
+    route: Cell<RouteId>,
+    /// The classifier's verdict, as [`Classified::to_words`] writes it.
+    classified: [Cell<u64>; 2],
     /// The route name of the verdict a stage asked to be left in the response.
     exposed: Cell<Option<Arc<str>>>,
+}
+
+impl Default for SharedVerdict {
+    fn default() -> Self {
+        SharedVerdict::new()
+    }
 }
 
 impl SharedVerdict {
     /// A verdict nobody has asked for yet.
     pub const fn new() -> Self {
         SharedVerdict {
-            judged: Cell::new(None),
+            table: Cell::new(0),
+            route: Cell::new(RouteId::DEFAULT),
+            classified: [Cell::new(0), Cell::new(0)],
             exposed: Cell::new(None),
         }
     }
@@ -186,17 +203,18 @@ impl SharedVerdict {
         route: RouteId,
         classify: impl FnOnce(&C) -> Classified,
     ) -> Classified {
-        let first = self.judged.get();
-        if let Some(known) = first.and_then(|j| j.of(table, route)) {
-            return known;
+        // A table's address is never 0, the mark of a verdict nobody has given yet.
+        let first = self.table.get();
+        if first == table.address() && self.route.get() == route {
+            return self.classified();
         }
         let classified = classify(table.route(route).classifier());
-        if first.is_none() {
-            self.judged.set(Some(Judgement {
-                table: table.address(),
-                route,
-                classified,
-            }));
+        if first == 0 {
+            self.table.set(table.address());
+            self.route.set(route);
+            let [first, second] = classified.to_words();
+            self.classified[0].set(first);
+            self.classified[1].set(second);
         }
         classified
     }
@@ -219,16 +237,28 @@ impl SharedVerdict {
     }
 
     /// The verdict given first, with the classifier it came from; `None` if no stage asked.
+    #[inline]
     pub fn judgement(&self) -> Option<Judgement> {
-        self.judged.get()
+        let table = self.table.get();
+        (table != 0).then(|| Judgement {
+            table,
+            route: self.route.get(),
+            classified: self.classified(),
+        })
+    }
+
+    /// The verdict kept, read a word at a time.
+    #[inline]
+    fn classified(&self) -> Classified {
+        Classified::from_words([self.classified[0].get(), self.classified[1].get()])
     }
 
     /// Asks the runner to leave the verdict in the response's extensions, as an
     /// [`AnswerVerdict`] naming the route `table` gives it (for a stage whose layer was
     /// asked to expose its verdicts). Clones the route's name (a reference count).
     pub fn expose<C: Classifier>(&self, table: &RouteTable<C>) {
-        if let Some(judged) = self.judged.get() {
-            self.exposed.set(Some(table.shared_name(judged.route)));
+        if self.table.get() != 0 {
+            self.exposed.set(Some(table.shared_name(self.route.get())));
         }
     }
 
@@ -237,7 +267,7 @@ impl SharedVerdict {
     #[inline]
     pub(crate) fn take_exposed(&self) -> Option<AnswerVerdict> {
         let route = self.exposed.take()?;
-        let judged = self.judged.get()?;
+        let judged = self.judgement()?;
         Some(AnswerVerdict {
             route,
             id: judged.route,
@@ -249,7 +279,7 @@ impl SharedVerdict {
 impl fmt::Debug for SharedVerdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SharedVerdict")
-            .field("judged", &self.judged.get())
+            .field("judged", &self.judgement())
             .finish_non_exhaustive()
     }
 }
