@@ -7,6 +7,7 @@
 //!
 //! - `plain`, `http`: the breaker bench's `fusebox_count_slow_off` (a count window of 100,
 //!   no slow-call threshold), for plain requests or HTTP ones;
+//! - `plain-bare`, `http-bare`: the same calls with no breaker;
 //! - `policy`, `tower-stack`: the policy bench's full `Policy` (retry budget, breaker,
 //!   limit, timeout) and tower's stack (tower's `Retry` over a `TpsBudget`, fusebox's
 //!   breaker, tower's `ConcurrencyLimit` and `Timeout`), for the bench's request;
@@ -76,21 +77,22 @@ fn main() {
     let calls: u64 = args
         .next()
         .map_or(1_000_000, |n| n.parse().expect("a call count"));
+    let plain = || tower::service_fn(|n: u64| async move { Ok::<_, Infallible>(n) });
+    let http = || {
+        tower::service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+        })
+    };
+    let http_request = || {
+        let mut request = Request::new(());
+        black_box(&mut request);
+        request
+    };
     match kind.as_str() {
-        "plain" => {
-            let bare = tower::service_fn(|n: u64| async move { Ok::<_, Infallible>(n) });
-            run(layer().plain().layer(bare), calls, || black_box(7u64));
-        }
-        "http" => {
-            let bare = tower::service_fn(|_: Request<()>| async {
-                Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
-            });
-            run(layer().layer(bare), calls, || {
-                let mut request = Request::new(());
-                black_box(&mut request);
-                request
-            });
-        }
+        "plain" => run(layer().plain().layer(plain()), calls, || black_box(7u64)),
+        "plain-bare" => run(plain(), calls, || black_box(7u64)),
+        "http" => run(layer().layer(http()), calls, http_request),
+        "http-bare" => run(http(), calls, http_request),
         "policy" | "tower-stack" | "policy-none" | "bare" | "retry" | "tower-retry" => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_time()
@@ -150,8 +152,8 @@ fn main() {
             }
         }
         other => panic!(
-            "`plain`, `http`, `policy`, `tower-stack`, `policy-none`, `bare`, `retry` or \
-             `tower-retry`, not {other:?}"
+            "`plain`, `plain-bare`, `http`, `http-bare`, `policy`, `tower-stack`, \
+             `policy-none`, `bare`, `retry` or `tower-retry`, not {other:?}"
         ),
     }
 }
