@@ -530,6 +530,13 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     #[inline(always)]
     fn finish_outcome(&mut self, outcome: Outcome) {
+        let (breaker, permit, meta, started, done) = self.parts();
+        Self::record_now(breaker, *permit, meta, *started, done, outcome);
+    }
+
+    /// The guard's parts, its owner looked through once (see `record_now`).
+    #[inline(always)]
+    fn parts(&mut self) -> (&Breaker<C, St>, &Permit, &M, &Option<Instant>, &mut bool) {
         let Guard {
             breaker,
             permit,
@@ -537,7 +544,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             started,
             done,
         } = self;
-        Self::record_now(breaker, *permit, meta, *started, done, outcome);
+        (breaker, permit, meta, started, done)
     }
 
     /// Records `outcome` (slowness measured now) on `breaker`, the guard's owner looked
@@ -636,14 +643,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             return None;
         }
         // One look through the guard's owner for the whole answer (see `record_now`).
-        let Guard {
-            breaker,
-            permit,
-            meta,
-            started,
-            done,
-        } = guard;
-        let b: &Breaker<C, St> = breaker;
+        let (b, permit, meta, started, done) = guard.parts();
         let mut finish =
             |outcome: Outcome| Self::record_now(b, *permit, meta, *started, done, outcome);
         let at_end = match answer {
