@@ -926,15 +926,13 @@ where
                         None => return Poll::Pending,
                     },
                 },
-                PhaseProj::Waiting { .. } => {
-                    ready!(send(this.phase.as_mut(), this.admitted.as_mut(), cx));
-                    continue;
-                }
-                PhaseProj::Refused { error } => match error.take() {
-                    Some(error) => error,
-                    None => panic!("fusebox StagedFuture polled after completion"),
+                // Out of line: matched here with the others, the phase would be read
+                // through a jump table on every healthy call.
+                _ => match poll_unsent(this.phase.as_mut(), this.admitted.as_mut(), cx) {
+                    Poll::Ready(Some(error)) => error,
+                    Poll::Ready(None) => continue,
+                    Poll::Pending => return Poll::Pending,
                 },
-                PhaseProj::Done { .. } => panic!("fusebox StagedFuture polled after completion"),
             };
             return Poll::Ready(Err(failed::<S, Req, St>(
                 error,
@@ -942,6 +940,34 @@ where
                 this.admitted,
                 this.timer,
             )));
+        }
+    }
+}
+
+/// A call's phase when it is not `Called`: a call waiting for admission is driven
+/// (`Ready(None)` once it is sent, its phase then `Called`), a refused call's error taken.
+#[inline(never)]
+fn poll_unsent<S, Req, St>(
+    mut phase: Pin<&mut Phase<S, Req, St>>,
+    admitted: Pin<&mut Option<St::Admitted>>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<BoxError>>
+where
+    S: Service<Req>,
+    St: Stage<Req>,
+{
+    match phase.as_mut().project() {
+        PhaseProj::Waiting { .. } => {
+            ready!(send(phase, admitted, cx));
+            Poll::Ready(None)
+        }
+        PhaseProj::Refused { error } => match error.take() {
+            Some(error) => Poll::Ready(Some(error)),
+            None => panic!("fusebox StagedFuture polled after completion"),
+        },
+        // `Called` is the caller's to poll, and never reaches here.
+        PhaseProj::Called { .. } | PhaseProj::Done { .. } => {
+            panic!("fusebox StagedFuture polled after completion")
         }
     }
 }
