@@ -20,7 +20,7 @@ use fusebox_cli::config::load_policy_file;
 use fusebox_cli::input::SourceFile;
 use fusebox_cli::replay::calls::{CallReader, Format, format_rfc3339};
 use fusebox_cli::replay::sweep::{Grid, SweepOptions, sweep};
-use fusebox_cli::replay::{ReplayOptions, replay};
+use fusebox_cli::replay::{ReplayOptions, TransitionRecord, replay};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Duration;
@@ -147,11 +147,20 @@ fn bench(c: &mut Criterion) {
     // Sanity: the incident trips the breakers.
     let report = replay(&policies, "calls.csv", &csv, &options).expect("replays");
     assert!(report.breakers.iter().all(|b| b.stats.openings > 0));
-    // Both formats hold the same calls and replay alike.
+    // Both formats hold the same calls and replay alike; each call sits one line further
+    // down in the CSV file, under its header.
     let from_json = replay(&policies, "calls.jsonl", &jsonl, &options).expect("replays");
     assert_eq!(from_json.calls, n as u64);
     for (a, b) in report.breakers.iter().zip(&from_json.breakers) {
-        assert_eq!((&a.stats, &a.transitions), (&b.stats, &b.transitions));
+        let below_header: Vec<_> = b
+            .transitions
+            .iter()
+            .map(|t| TransitionRecord {
+                line: t.line + 1,
+                ..t.clone()
+            })
+            .collect();
+        assert_eq!((&a.stats, &a.transitions), (&b.stats, &below_header));
     }
 
     let mut g = c.benchmark_group("replay");
@@ -210,6 +219,8 @@ fn bench(c: &mut Criterion) {
         threads: 0,
     };
     // A sweep of 6 settings: throughput counts every call of every setting.
+    let swept = sweep(&policies, "calls.csv", &csv, &sweep_options).expect("the sweep runs");
+    assert_eq!((swept.calls, swept.rows.len()), (n as u64, 6));
     g.throughput(Throughput::Elements(6 * n as u64));
     g.bench_function("sweep_6_settings_csv_cpu", |b| {
         b.iter_custom(|iters| {
