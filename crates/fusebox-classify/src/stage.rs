@@ -956,19 +956,18 @@ where
     S: Service<Req>,
     St: Stage<Req>,
 {
-    match phase.as_mut().project() {
+    let error = match phase.as_mut().project() {
         PhaseProj::Waiting { .. } => {
             ready!(send(phase, admitted, cx));
-            Poll::Ready(None)
+            return Poll::Ready(None);
         }
-        PhaseProj::Refused { error } => match error.take() {
-            Some(error) => Poll::Ready(Some(error)),
-            None => panic!("fusebox StagedFuture polled after completion"),
-        },
+        PhaseProj::Refused { error } => error.take(),
         // `Called` is the caller's to poll, and never reaches here.
-        PhaseProj::Called { .. } | PhaseProj::Done { .. } => {
-            panic!("fusebox StagedFuture polled after completion")
-        }
+        PhaseProj::Called { .. } | PhaseProj::Done { .. } => None,
+    };
+    match error {
+        Some(error) => Poll::Ready(Some(error)),
+        None => panic!("fusebox StagedFuture polled after completion"),
     }
 }
 
