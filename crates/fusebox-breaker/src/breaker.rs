@@ -6,7 +6,7 @@ use crate::config::CircuitBreakerConfig;
 use crate::events::{CallKind, EventSink};
 use crate::judge::{Judged, counting_overloaded, error_verdict};
 use crate::spread::{KeySpreadGate, NEVER_FAILED, SpreadCounts};
-use crate::state::{Command, Permit, Snapshot, State};
+use crate::state::{Command, Permit, PermitKind, Snapshot, State};
 use crate::store::{Reconfigure, Store};
 use fusebox_classify::error::CircuitOpen;
 use fusebox_classify::stage::{Admit, Answer, NoWait};
@@ -19,7 +19,7 @@ use std::error::Error;
 use std::fmt;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -60,6 +60,9 @@ pub(crate) enum Partial<C, St> {
     Key {
         counts: Arc<SpreadCounts>,
         map: Option<Weak<dyn Redirect<C, St>>>,
+        /// The dependency-wide breaker the keys are gated by, when it runs in their calls'
+        /// guards ([`gate_keys`](crate::compose::gate_keys)): set once, before any call.
+        gate: OnceLock<Arc<Leases<C, St>>>,
     },
     /// A dependency-wide breaker around keyed ones: whether a failure counts, from how
     /// widely the keys fail.
@@ -142,6 +145,25 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
+    /// The dependency-wide breaker that gates this key's keyed breaker in its calls' guards,
+    /// if any ([`gate_keys`](crate::compose::gate_keys)).
+    #[inline]
+    pub(crate) fn gate(&self) -> Option<&Breaker<C, St>> {
+        match self.partial.as_deref() {
+            Some(Partial::Key { gate, .. }) => gate.get().map(|leases| &***leases),
+            _ => None,
+        }
+    }
+
+    /// Makes `gate` the dependency-wide breaker of every key of the keyed breaker this one
+    /// is a key of; `false` if it is not a key's, or its keys have a gate already.
+    pub(crate) fn set_gate(partial: &Partial<C, St>, gate: Arc<Leases<C, St>>) -> bool {
+        match partial {
+            Partial::Key { gate: slot, .. } => slot.set(gate).is_ok(),
+            Partial::Gated(_) => false,
+        }
+    }
+
     /// The same breaker, leaving each answer's verdict in the response's extensions if
     /// `expose`.
     pub(crate) fn exposing(mut self, expose: bool) -> Self {
@@ -170,11 +192,58 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         // was moved once more, and that move cost an HTTP breaker call about 9 ns.
         Ok(Guard {
             breaker: owner(),
-            permit,
+            generation: permit.generation,
+            kind: permit.kind,
             meta,
             started,
-            done: false,
+            owed: Owed::CALL,
+            gate_generation: 0,
+            gate_kind: PermitKind::Untracked,
         })
+    }
+
+    /// Admits a call of one of a keyed breaker's keys (this breaker) that the
+    /// dependency-wide breaker gating the keys has admitted with `gate_permit` (at
+    /// `gate_started`): one guard holds both permits. Refused here, the call still has the
+    /// gate's permit: the guard returned with the refusal holds it alone, for the gate to
+    /// be told the refusal as the call's answer (as a dependency-wide breaker stacked
+    /// around the keyed one is told it, when the call's future is polled).
+    // The refusal's guard is handed on by value to the stage's admission: boxed, every
+    // refused call of gated keys would allocate it once more.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn admit_gated(
+        self: &Arc<Self>,
+        meta: CallMeta,
+        (gate_permit, gate_started): (Permit, Option<Instant>),
+    ) -> Result<Guard<C, St>, (CircuitOpen, Guard<C, St>)> {
+        let (permit, started, refused) = match self.start(meta.route()) {
+            Ok((permit, started)) => (permit, started, None),
+            // Nothing of the key's to give back or record: only the gate's permit is held.
+            Err(open) => (
+                Permit::new(0, PermitKind::Untracked),
+                gate_started,
+                Some(open),
+            ),
+        };
+        let guard = Guard {
+            breaker: Owner::Breaker(Arc::clone(self)),
+            generation: permit.generation,
+            kind: permit.kind,
+            meta,
+            // The gate measures slowness from the same start (if only it reads the clock).
+            started: started.or(gate_started),
+            owed: if refused.is_some() {
+                Owed::GATE
+            } else {
+                Owed::CALL_AND_GATE
+            },
+            gate_generation: gate_permit.generation,
+            gate_kind: gate_permit.kind,
+        };
+        match refused {
+            None => Ok(guard),
+            Some(open) => Err((open, guard)),
+        }
     }
 
     /// Admits a call with no request head to look at (the plain breaker): it is on the
@@ -187,15 +256,18 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         let (permit, started) = self.start(RouteId::DEFAULT)?;
         Ok(Guard {
             breaker: owner(),
-            permit,
+            generation: permit.generation,
+            kind: permit.kind,
             meta: PlainCall,
             started,
-            done: false,
+            owed: Owed::CALL,
+            gate_generation: 0,
+            gate_kind: PermitKind::Untracked,
         })
     }
 
     #[inline(always)]
-    fn start(&self, route: RouteId) -> Result<(Permit, Option<Instant>), CircuitOpen> {
+    pub(crate) fn start(&self, route: RouteId) -> Result<(Permit, Option<Instant>), CircuitOpen> {
         match self.store.acquire() {
             Ok(permit) => {
                 let started = self.slow_after(route).map(|_| Instant::now());
@@ -319,6 +391,19 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             Classified::Ready(v) => Some(v),
             Classified::AtEndOfStream => None,
         }
+    }
+
+    /// The verdict of a stream's end (its trailers, if any) for the call `meta` describes,
+    /// asking `shared` first for the classifier's.
+    fn classify_eos_shared<M: Facts>(
+        &self,
+        meta: &M,
+        trailers: Option<&HeaderMap>,
+        shared: &SharedVerdict,
+    ) -> Verdict {
+        shared.verdict(&self.table, meta.route(), |c| {
+            c.classify_eos(&meta.call(&self.table), trailers)
+        })
     }
 
     /// An error's verdict for the call `meta` describes, asking `shared` first for the
@@ -447,24 +532,72 @@ impl Facts for PlainCall {
 /// ([`finish_in_place`](Self::finish_in_place)), or, for a verdict in the trailers, hand
 /// the guard to the response body ([`at_end_of_stream`](Self::at_end_of_stream)); for an
 /// error, [`classify_error`](Self::classify_error) then [`finish`](Self::finish).
+///
+/// The guard of a call of a keyed breaker gated by a dependency-wide one in the same guard
+/// ([`gate_keys`](crate::compose::gate_keys)) holds the dependency-wide breaker's permit
+/// too, and tells that breaker each answer after the key's, as the two layers stacked by
+/// hand would be told.
 pub struct Guard<C: Classifier, St: Store, M: Facts = CallMeta> {
     breaker: Owner<C, St>,
-    permit: Permit,
+    /// The permit, held as its two parts rather than as a [`Permit`]: its kind and the
+    /// flags below then share one word, and the guard has room for the gate's permit
+    /// without growing.
+    generation: u64,
+    kind: PermitKind,
     /// The request's route, method and idempotency ([`CallMeta`]), or nothing for a plain
     /// call ([`PlainCall`]).
     meta: M,
     /// When the call was admitted, if its route measured slowness then (or every route is
     /// timed for the call-duration histogram).
     started: Option<Instant>,
-    done: bool,
+    /// What the guard has yet to record or give back: the call's permit, and the gate's.
+    owed: Owed,
+    /// The permit of the dependency-wide breaker gating a keyed one, for a call of one of
+    /// its keys (owed until the gate is told the call).
+    gate_generation: u64,
+    gate_kind: PermitKind,
+}
+
+/// What a [`Guard`] has yet to record or give back: its call's permit, and the permit of
+/// the keys' gate, if the call has one. One byte, so that dropping a guard tests one byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Owed(u8);
+
+impl Owed {
+    const CALL: Owed = Owed(1);
+    const GATE: Owed = Owed(2);
+    const CALL_AND_GATE: Owed = Owed(3);
+
+    /// Whether the call's own permit is still to be recorded or given back.
+    #[inline(always)]
+    fn call(self) -> bool {
+        self.0 & Self::CALL.0 != 0
+    }
+
+    /// Whether the gate's permit is still to be told.
+    #[inline(always)]
+    fn gate(self) -> bool {
+        self.0 & Self::GATE.0 != 0
+    }
+
+    #[inline(always)]
+    fn settle_call(&mut self) {
+        self.0 &= !Self::CALL.0;
+    }
+
+    #[inline(always)]
+    fn settle_gate(&mut self) {
+        self.0 &= !Self::GATE.0;
+    }
 }
 
 impl<C: Classifier, St: Store, M: Facts> fmt::Debug for Guard<C, St, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Guard")
             .field("breaker", &self.breaker.name)
-            .field("permit", &self.permit)
+            .field("permit", &self.permit())
             .field("route", &self.route())
+            .field("gate", &self.owed.gate().then(|| self.gate_permit()))
             .finish()
     }
 }
@@ -473,6 +606,24 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     #[inline]
     fn route(&self) -> RouteId {
         self.meta.route()
+    }
+
+    /// The call's permit.
+    #[inline(always)]
+    fn permit(&self) -> Permit {
+        Permit {
+            generation: self.generation,
+            kind: self.kind,
+        }
+    }
+
+    /// The gate's permit.
+    #[inline(always)]
+    fn gate_permit(&self) -> Permit {
+        Permit {
+            generation: self.gate_generation,
+            kind: self.gate_kind,
+        }
     }
 
     /// The classifier's view of the call.
@@ -485,7 +636,7 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     /// its permit back without an event.
     #[inline]
     pub fn is_pending_probe(&self) -> bool {
-        !self.done && self.permit.kind == crate::state::PermitKind::Probe
+        self.owed.call() && self.kind == PermitKind::Probe
     }
 
     /// Classifies a response head with the call's route's classifier: a verdict now, or
@@ -509,12 +660,6 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         self.breaker.classify_error(&self.call(), error)
     }
 
-    fn classify_eos_shared(&self, trailers: Option<&HeaderMap>, shared: &SharedVerdict) -> Verdict {
-        shared.verdict(&self.breaker.table, self.route(), |c| {
-            c.classify_eos(&self.call(), trailers)
-        })
-    }
-
     /// Records `verdict` (slowness measured now).
     #[inline]
     pub fn finish(mut self, verdict: Verdict) {
@@ -530,44 +675,92 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
 
     #[inline(always)]
     fn finish_outcome(&mut self, outcome: Outcome) {
-        let (breaker, permit, meta, started, done) = self.parts();
-        Self::record_now(breaker, *permit, meta, *started, done, outcome);
+        let (breaker, permit, meta, started, owed) = self.parts();
+        Self::record_now(breaker, permit, meta, started, owed, outcome);
+        if self.owed.gate() {
+            self.tell_gate(|_, _| Some(outcome));
+        }
     }
 
     /// The guard's parts, its owner looked through once (see `record_now`).
     #[inline(always)]
-    fn parts(&mut self) -> (&Breaker<C, St>, &Permit, &M, &Option<Instant>, &mut bool) {
+    fn parts(&mut self) -> (&Breaker<C, St>, Permit, &M, Option<Instant>, &mut Owed) {
+        let permit = self.permit();
         let Guard {
             breaker,
-            permit,
             meta,
             started,
-            done,
+            owed,
+            ..
         } = self;
-        (breaker, permit, meta, started, done)
+        (breaker, permit, meta, *started, owed)
     }
 
     /// Records `outcome` (slowness measured now) on `breaker`, the guard's owner looked
     /// through once by the caller (each look is a branch and two loads, and the stores of
-    /// the recording would make the compiler look again); `done` is the guard's flag.
+    /// the recording would make the compiler look again); `owed` is the guard's.
     #[inline(always)]
     fn record_now(
         breaker: &Breaker<C, St>,
         permit: Permit,
         meta: &M,
         started: Option<Instant>,
-        done: &mut bool,
+        owed: &mut Owed,
         outcome: Outcome,
     ) {
         let (slow, now) = breaker.measure(meta.route(), started);
-        *done = true;
+        owed.settle_call();
         breaker.record(permit, outcome, slow, now);
     }
 
     #[inline(always)]
     fn finish_measured(&mut self, outcome: Outcome, slow: bool, end: Option<Instant>) {
-        self.done = true;
-        self.breaker.record(self.permit, outcome, slow, end);
+        self.owed.settle_call();
+        self.breaker.record(self.permit(), outcome, slow, end);
+    }
+
+    /// Gives the call's permit back uncounted (the call was cancelled, or no key's breaker
+    /// counts it): the breaker counts it as ignored.
+    #[inline]
+    fn release(&mut self) {
+        self.owed.settle_call();
+        self.breaker.count_ignored();
+        self.breaker.store.release(self.permit());
+    }
+
+    /// Tells the dependency-wide breaker gating the call's keyed breaker (the guard owes it
+    /// the call) the call's outcome, which `judge` gives from the gate (`None`: the verdict
+    /// waits for the end of the stream). Slowness is measured now, from the call's
+    /// admission; returns whether the call was slow, for a verdict that has to wait.
+    #[inline(never)]
+    fn tell_gate(&mut self, judge: impl FnOnce(&Breaker<C, St>, &M) -> Option<Outcome>) -> bool {
+        let Some(gate) = self.breaker.gate() else {
+            self.owed.settle_gate();
+            return false;
+        };
+        let outcome = judge(gate, &self.meta);
+        let (slow, now) = gate.measure(self.meta.route(), self.started);
+        if let Some(outcome) = outcome {
+            self.owed.settle_gate();
+            gate.record(self.gate_permit(), outcome, slow, now);
+        }
+        slow
+    }
+
+    /// The gate's judgement of `answer` (see [`tell_gate`](Self::tell_gate)).
+    #[inline(always)]
+    fn answer_gate(&mut self, answer: Answer<'_>, shared: &SharedVerdict) -> Option<bool> {
+        let mut waits = false;
+        let slow = self.tell_gate(|gate, meta| match answer {
+            Answer::Head { status, headers } => {
+                let verdict = gate.classify_response_shared(meta, status, headers, shared);
+                waits = verdict.is_none();
+                verdict.map(|v| v.outcome())
+            }
+            Answer::Done => Some(Outcome::Success),
+            Answer::Error(error) => Some(gate.classify_error_shared(meta, error, shared).outcome()),
+        });
+        waits.then_some(slow)
     }
 
     /// Whether the call's breaker is a key of a keyed breaker whose answers may name
@@ -582,7 +775,8 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     /// answers): the call's own breaker gets its permit back without counting the call,
     /// and the named key's breaker gives one, keeping the call's route and start. Returns
     /// `false` when the named key's breaker refuses (it is open, or its probes are taken):
-    /// the call is then counted by neither, and the caller drops the guard.
+    /// the call is then counted by neither, and the caller gives its permit back. (The
+    /// keys' gate, if any, is theirs in common: its permit stays.)
     #[inline(never)]
     pub(crate) fn follow_answer(&mut self, headers: &HeaderMap) -> bool {
         let Some(map) = self.breaker.answer_map().and_then(Weak::upgrade) else {
@@ -597,8 +791,9 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         match named.store.acquire() {
             Ok(permit) => {
                 let from = std::mem::replace(&mut self.breaker, Owner::Breaker(named));
-                from.store
-                    .release(std::mem::replace(&mut self.permit, permit));
+                from.store.release(self.permit());
+                self.generation = permit.generation;
+                self.kind = permit.kind;
                 true
             }
             Err(_) => false,
@@ -606,9 +801,21 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     }
 
     /// Hands the guard to the response body, measuring slowness now (time to headers).
-    pub fn at_end_of_stream(self) -> EosRecorder<C, St, M> {
-        let (slow, _) = self.breaker.measure(self.route(), self.started);
-        EosRecorder { guard: self, slow }
+    pub fn at_end_of_stream(mut self) -> EosRecorder<C, St, M> {
+        let slow = self.breaker.measure(self.route(), self.started).0;
+        let gate_slow = self.owed.gate() && self.tell_gate(|_, _| None);
+        self.recorder(slow, gate_slow)
+    }
+
+    /// Hands the guard to the response body, with whether the call was slow by now for
+    /// its breaker, and for its keys' gate.
+    #[inline(always)]
+    fn recorder(self, slow: bool, gate_slow: bool) -> EosRecorder<C, St, M> {
+        EosRecorder {
+            guard: self,
+            slow,
+            gate_slow,
+        }
     }
 
     /// A breaker's decision as its stage's admission: the guard, or the rejection as the
@@ -626,7 +833,8 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     /// judges errors), or hands the guard to the response body when the verdict is in the
     /// trailers. Every breaker stage (HTTP, keyed, plain) answers through this; a keyed
     /// breaker's call whose answer names another key moves to that key's breaker first
-    /// ([`follow_answer`](Self::follow_answer)).
+    /// ([`follow_answer`](Self::follow_answer)). (A keyed breaker's stage answers through
+    /// [`answer_keyed`](Self::answer_keyed), which tells the keys' gate too.)
     #[inline(always)]
     pub(crate) fn answer(
         slot: &mut Option<Self>,
@@ -638,14 +846,13 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             && guard.reads_answers()
             && !guard.follow_answer(headers)
         {
-            // The key the answer names refused the call: counted by neither breaker.
-            *slot = None;
-            return None;
+            // The key the answer names refused the call: counted by no key's breaker.
+            return Self::unkeyed(slot, answer, shared);
         }
         // One look through the guard's owner for the whole answer (see `record_now`).
-        let (b, permit, meta, started, done) = guard.parts();
+        let (b, permit, meta, started, owed) = guard.parts();
         let mut finish =
-            |outcome: Outcome| Self::record_now(b, *permit, meta, *started, done, outcome);
+            |outcome: Outcome| Self::record_now(b, permit, meta, started, owed, outcome);
         let at_end = match answer {
             Answer::Head { status, headers } => {
                 match b.classify_response_shared(meta, status, headers, shared) {
@@ -670,18 +877,111 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
             shared.expose(&b.table);
         }
         if at_end {
-            return slot.take().map(Guard::at_end_of_stream);
+            return slot.take().map(|guard| {
+                let slow = guard.breaker.measure(guard.route(), guard.started).0;
+                guard.recorder(slow, false)
+            });
         }
+        None
+    }
+
+    /// A keyed breaker's stage's answer: [`answer`](Self::answer), and for a call of keys
+    /// gated in their guards ([`gate_keys`](crate::compose::gate_keys)), the gate told
+    /// after the key's breaker.
+    #[inline(always)]
+    pub(crate) fn answer_keyed(
+        slot: &mut Option<Self>,
+        answer: Answer<'_>,
+        shared: &SharedVerdict,
+    ) -> Option<EosRecorder<C, St, M>> {
+        match slot {
+            Some(guard) if guard.owed.gate() => Self::answer_gated(slot, answer, shared),
+            _ => Self::answer(slot, answer, shared),
+        }
+    }
+
+    /// The answer of a call of gated keys: the key's breaker told first, then the gate
+    /// (unless the key's breaker refused the call, or the key the answer names did: then
+    /// the gate alone).
+    #[inline(never)]
+    fn answer_gated(
+        slot: &mut Option<Self>,
+        answer: Answer<'_>,
+        shared: &SharedVerdict,
+    ) -> Option<EosRecorder<C, St, M>> {
+        if slot.as_ref().is_some_and(|guard| !guard.owed.call()) {
+            // A key's breaker refused the call: only the gate has yet to be told.
+            return Self::unkeyed(slot, answer, shared);
+        }
+        if let Some(mut recorder) = Self::answer(slot, answer, shared) {
+            // The key's verdict waits for the end of the stream: so, with the same
+            // classifier, does the gate's. (A recorder of a call no key counts carries
+            // the gate alone, told already.)
+            if recorder.guard.owed.call()
+                && recorder.guard.owed.gate()
+                && let Some(slow) = recorder.guard.answer_gate(answer, shared)
+            {
+                recorder.gate_slow = slow;
+            }
+            return Some(recorder);
+        }
+        if let Some(guard) = slot
+            && guard.owed.gate()
+            && let Some(gate_slow) = guard.answer_gate(answer, shared)
+        {
+            return slot.take().map(|guard| guard.recorder(false, gate_slow));
+        }
+        None
+    }
+
+    /// A call no key's breaker counts (a key's breaker refused it, or the key its answer
+    /// names did): its permit, if it has one, goes back, and the keys' gate, if any, is
+    /// told the answer all the same.
+    #[cold]
+    #[inline(never)]
+    fn unkeyed(
+        slot: &mut Option<Self>,
+        answer: Answer<'_>,
+        shared: &SharedVerdict,
+    ) -> Option<EosRecorder<C, St, M>> {
+        let guard = slot.as_mut()?;
+        if guard.owed.call() {
+            guard.release();
+        }
+        if guard.owed.gate()
+            && let Some(gate_slow) = guard.answer_gate(answer, shared)
+        {
+            return slot.take().map(|guard| guard.recorder(false, gate_slow));
+        }
+        *slot = None;
         None
     }
 }
 
 impl<C: Classifier, St: Store, M: Facts> Drop for Guard<C, St, M> {
+    #[inline(always)]
     fn drop(&mut self) {
-        if !self.done {
-            // Cancelled: the outcome is ignored and a probe's permit goes back.
-            self.breaker.count_ignored();
-            self.breaker.store.release(self.permit);
+        if self.owed != Owed(0) {
+            self.cancel();
+        }
+    }
+}
+
+impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
+    /// Cancelled: the outcome is ignored and a probe's permit goes back (the keys' gate's
+    /// too, if it has not been told).
+    #[cold]
+    #[inline(never)]
+    fn cancel(&mut self) {
+        if self.owed.call() {
+            self.release();
+        }
+        if self.owed.gate()
+            && let Some(gate) = self.breaker.gate()
+        {
+            self.owed.settle_gate();
+            gate.count_ignored();
+            gate.store.release(self.gate_permit());
         }
     }
 }
@@ -691,6 +991,8 @@ impl<C: Classifier, St: Store, M: Facts> Drop for Guard<C, St, M> {
 pub struct EosRecorder<C: Classifier, St: Store, M: Facts = CallMeta> {
     guard: Guard<C, St, M>,
     slow: bool,
+    /// Whether the call was slow for the keys' gate, if the guard holds its permit.
+    gate_slow: bool,
 }
 
 impl<C: Classifier, St: Store, M: Facts> fmt::Debug for EosRecorder<C, St, M> {
@@ -702,30 +1004,68 @@ impl<C: Classifier, St: Store, M: Facts> fmt::Debug for EosRecorder<C, St, M> {
     }
 }
 
+impl<C: Classifier, St: Store, M: Facts> EosRecorder<C, St, M> {
+    /// Records the call's own verdict at the end of the stream, unless it is recorded
+    /// already; on returning early, the guard's drop releases the permit.
+    #[inline(always)]
+    fn end_call(&mut self, end: StreamEnd<'_>, shared: &SharedVerdict) {
+        let guard = &mut self.guard;
+        if !guard.owed.call() {
+            return;
+        }
+        if let StreamEnd::Trailers(Some(trailers)) = end
+            && guard.reads_answers()
+            && !guard.follow_answer(trailers)
+        {
+            return; // counted by no key's breaker
+        }
+        let verdict = match end {
+            StreamEnd::Trailers(trailers) => {
+                guard
+                    .breaker
+                    .classify_eos_shared(&guard.meta, trailers, shared)
+            }
+            StreamEnd::Error(error) => {
+                guard
+                    .breaker
+                    .classify_error_shared(&guard.meta, error, shared)
+            }
+            StreamEnd::Dropped => return,
+        };
+        let end = guard.breaker.needs_end_time.then(Instant::now);
+        guard.finish_measured(verdict.outcome(), self.slow, end);
+    }
+
+    /// Tells the keys' gate the end of the stream, after the key's breaker.
+    #[inline(never)]
+    fn end_gate(&mut self, end: StreamEnd<'_>, shared: &SharedVerdict) {
+        let guard = &mut self.guard;
+        let Some(gate) = guard.breaker.gate() else {
+            return;
+        };
+        let verdict = match end {
+            StreamEnd::Trailers(trailers) => {
+                gate.classify_eos_shared(&guard.meta, trailers, shared)
+            }
+            StreamEnd::Error(error) => gate.classify_error_shared(&guard.meta, error, shared),
+            StreamEnd::Dropped => return, // the guard's drop releases the gate's permit
+        };
+        guard.owed.settle_gate();
+        let end = gate.needs_end_time.then(Instant::now);
+        gate.record(guard.gate_permit(), verdict.outcome(), self.gate_slow, end);
+    }
+}
+
 impl<C: Classifier, St: Store, M: Facts> OnEndOfStream for EosRecorder<C, St, M> {
     fn on_end(self, end: StreamEnd<'_>) {
         self.on_end_shared(end, &SharedVerdict::new());
     }
 
     fn on_end_shared(mut self, end: StreamEnd<'_>, shared: &SharedVerdict) {
-        if let StreamEnd::Trailers(Some(trailers)) = end
-            && self.guard.reads_answers()
-            && !self.guard.follow_answer(trailers)
-        {
-            return; // counted by neither breaker: the guard's drop releases the permit
+        self.end_call(end, shared);
+        if self.guard.owed.gate() {
+            self.end_gate(end, shared);
         }
-        let verdict = match end {
-            StreamEnd::Trailers(trailers) => self.guard.classify_eos_shared(trailers, shared),
-            StreamEnd::Error(error) => {
-                self.guard
-                    .breaker
-                    .classify_error_shared(&self.guard.meta, error, shared)
-            }
-            StreamEnd::Dropped => return, // the guard's drop releases the permit
-        };
-        let end = self.guard.breaker.needs_end_time.then(Instant::now);
-        let slow = self.slow;
-        self.guard.finish_measured(verdict.outcome(), slow, end);
     }
 }
 

@@ -10,6 +10,7 @@ use crate::breaker::{Breaker, BreakerHandle, Control, EosRecorder, Guard, Partia
 use crate::config::CircuitBreakerConfig;
 use crate::events::EventSink;
 use crate::future::ResponseBody;
+use crate::service::BreakerStage;
 use crate::spread::{KeySpread, KeySpreadGate, SpreadCounts, answer_key};
 use crate::state::{Command, State};
 use crate::store::{MakeStore, Reconfigure, Store, StoreSpec};
@@ -26,7 +27,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tower_layer::Layer;
@@ -421,6 +422,10 @@ pub(crate) struct KeyedShared<F: KeyFn, C, M: MakeStore> {
     partial: Option<Arc<Partial<C, M::Store>>>,
 }
 
+/// A keyed breaker's refusal, with the guard that holds the permit of the keys' gate, if
+/// the gate admitted the call (it is to be told the refusal).
+type Refusal<C, St> = (CircuitOpen, Option<Guard<C, St>>);
+
 /// How many lookups between two checks of the sweep timer.
 const SWEEP_CHECK_EVERY: u32 = 1024;
 
@@ -456,6 +461,15 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
         }
     }
 
+    /// The dependency-wide breaker its keys are gated by in their calls' guards, if any.
+    #[inline]
+    fn gate(&self) -> Option<&Breaker<C, M::Store>> {
+        match self.partial.as_deref() {
+            Some(Partial::Key { gate, .. }) => gate.get().map(|leases| &***leases),
+            _ => None,
+        }
+    }
+
     /// Shares it: its keys' breakers reach it through a weak reference (to find the key an
     /// answer names), which would make a cycle if it were strong.
     pub(crate) fn into_shared(self) -> Arc<Self> {
@@ -468,6 +482,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
                 partial: Some(Arc::new(Partial::Key {
                     counts: Arc::clone(&self.spread),
                     map,
+                    gate: OnceLock::new(),
                 })),
                 ..self
             }
@@ -736,7 +751,32 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
         request: &Request<B>,
         scope: &mut Scope,
     ) -> Result<Guard<C, M::Store>, CircuitOpen> {
+        self.decide(request, scope).map_err(|(open, gate)| {
+            if let Some(gate) = gate {
+                // Told the refusal now: the caller holds no guard to tell it later.
+                Guard::answer_keyed(&mut Some(gate), Answer::Error(&open), &SharedVerdict::new());
+            }
+            open
+        })
+    }
+
+    /// Admits `request` on its key's breaker, or refuses it with the guard that holds what
+    /// the keys' gate, if any, admitted it with (the gate is to be told the refusal).
+    // The refusal's guard is handed on by value (see `Breaker::admit_gated`).
+    #[allow(clippy::result_large_err)]
+    #[inline(always)]
+    fn decide<B>(
+        &self,
+        request: &Request<B>,
+        scope: &mut Scope,
+    ) -> Result<Guard<C, M::Store>, Refusal<C, M::Store>> {
         let meta = self.shared.table.meta_in(request, scope);
+        // A gate in the keys' guards admits first: an open dependency refuses without
+        // asking the keys.
+        let gate = match self.shared.gate() {
+            Some(gate) => Some(gate.start(meta.route()).map_err(|open| (open, None))?),
+            None => None,
+        };
         let head = RequestHead {
             method: request.method(),
             uri: request.uri(),
@@ -745,7 +785,22 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
             route: meta.route(),
             route_name: self.shared.table.name(meta.route()),
         };
-        self.shared.breaker_for(&head).admit(meta)
+        let breaker = self.shared.breaker_for(&head);
+        match gate {
+            None => breaker.admit(meta).map_err(|open| (open, None)),
+            Some(admitted) => breaker
+                .admit_gated(meta, admitted)
+                .map_err(|(open, gate)| (open, Some(gate))),
+        }
+    }
+
+    /// Makes `dependency` the gate of this stage's keys, run in their calls' guards (see
+    /// [`gate_keys`](crate::compose::gate_keys)).
+    pub(crate) fn gate_with(&self, dependency: &BreakerStage<C, M::Store>) -> bool {
+        match self.shared.partial.as_deref() {
+            Some(partial) => Breaker::set_gate(partial, Arc::clone(dependency.leases())),
+            None => false,
+        }
     }
 
     /// An operator's handle on every key.
@@ -764,7 +819,12 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
 
     #[inline]
     fn admit(&self, request: &mut Request<B>, scope: &mut Scope) -> Admit<Self::Admitted, NoWait> {
-        Guard::admission(self.admit_in(request, scope))
+        match self.decide(request, scope) {
+            Ok(guard) => Guard::admission(Ok(guard)),
+            Err((open, None)) => Guard::admission(Err(open)),
+            // The keys' gate is told the refusal when the call's future is polled.
+            Err((open, gate)) => Admit::Fail(gate, Box::new(open)),
+        }
     }
 
     fn poll_wait(
@@ -783,7 +843,7 @@ impl<B, F: KeyFn, C: Classifier, M: MakeStore> Stage<Request<B>> for KeyedStage<
         answer: Answer<'_>,
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
-        Guard::answer(admitted.get_mut(), answer, verdict)
+        Guard::answer_keyed(admitted.get_mut(), answer, verdict)
     }
 }
 

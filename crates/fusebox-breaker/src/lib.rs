@@ -102,6 +102,31 @@ pub use crate::breaker::{BreakerHandle, WeakBreakerHandle};
 /// release.
 pub mod compose {
     pub use crate::breaker::{EosRecorder, Facts, Guard, PlainCall};
+    use crate::keyed::KeyFn;
+    use crate::store::MakeStore;
+    use crate::{BreakerStage, KeyedStage};
+
+    /// Makes `dependency` — a dependency-wide breaker gated by the keys' spread
+    /// ([`KeyedBreakerHandle::spread_gate`](crate::KeyedBreakerHandle::spread_gate)) — run
+    /// in the guards of `keys`' calls instead of as a stage of its own: each call of `keys`
+    /// asks `dependency` first (an open dependency refuses without asking the keys), the
+    /// one guard holds both breakers' permits, and `dependency` is told each answer after
+    /// the key's breaker, a refusal by a key's breaker included — what the two breakers
+    /// stacked by hand, `dependency` outermost, do. Every service of `keys`' layer
+    /// (they share its keys) is gated from then on; call it once, before the first call.
+    ///
+    /// Returns `false`, changing nothing, if `keys` is gated already.
+    ///
+    /// The `Policy` of the `fusebox` crate runs its dependency-wide breaker this way: its
+    /// future and response body then hold one guard for both breakers, whereas a stage of
+    /// its own would need room for a second guard in every policy's future and body,
+    /// gated or not.
+    pub fn gate_keys<F: KeyFn, C: fusebox_classify::Classifier, M: MakeStore>(
+        keys: &KeyedStage<F, C, M>,
+        dependency: &BreakerStage<C, M::Store>,
+    ) -> bool {
+        keys.gate_with(dependency)
+    }
 }
 pub use crate::config::{
     CircuitBreakerConfig, CircuitBreakerConfigBuilder, OnClose, UNNAMED, WindowConfig,

@@ -29,6 +29,11 @@ impl<C, St> BreakerStage<C, St> {
     pub(crate) fn new(breaker: Arc<Leases<C, St>>) -> Self {
         BreakerStage { breaker }
     }
+
+    /// The breaker and its per-thread leases.
+    pub(crate) fn leases(&self) -> &Arc<Leases<C, St>> {
+        &self.breaker
+    }
 }
 
 impl<C, St> Clone for BreakerStage<C, St> {

@@ -1084,3 +1084,194 @@ async fn a_layer_built_for_a_key_names_it_in_its_rejections_events_and_handle() 
     let stage = layer.stage();
     assert!(stage.admit_request(&req("/")).is_err());
 }
+
+/// A keyed breaker and a dependency-wide breaker gated by its keys' spread, either stacked
+/// by hand (the dependency-wide one outermost) or run in the keys' guards
+/// ([`compose::gate_keys`]): the two breakers' handles, and the service over `dep`.
+fn gated_pair(
+    dep: &Sharded,
+    in_guards: bool,
+) -> (
+    KeyedBreakerHandle<smol_str::SmolStr>,
+    BreakerHandle,
+    tower::util::BoxService<Request<()>, StatusCode, BoxError>,
+) {
+    let keyed = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let keys = keyed.handle();
+    let gated = CircuitBreakerLayer::builder(
+        dependency()
+            .open_wait(Duration::from_secs(5))
+            .open_wait_jitter(Duration::ZERO)
+            .permitted_probes(2)
+            .build()
+            .unwrap(),
+    )
+    .key_spread(keys.spread_gate(spread::KeySpread::default()))
+    .build()
+    .unwrap();
+    let dependency = gated.handle();
+    let dep = dep.clone();
+    let dep = tower::service_fn(move |request: Request<()>| {
+        std::future::ready(Ok::<_, Infallible>(dep.answer(&request)))
+    });
+    let svc = if in_guards {
+        let stage = keyed.layer(()).stage().clone();
+        assert!(compose::gate_keys(&stage, gated.layer(()).stage()));
+        assert!(
+            !compose::gate_keys(&stage, gated.layer(()).stage()),
+            "a keyed breaker is gated once"
+        );
+        tower::util::BoxService::new(keyed.layer(dep).map_response(|r: Response<_>| r.status()))
+    } else {
+        let stacked = gated.layer(keyed.layer(dep));
+        tower::util::BoxService::new(stacked.map_response(|r: Response<_>| r.status()))
+    };
+    (keys, dependency, svc)
+}
+
+/// What `keys` and `dependency` hold now, in one line.
+fn gated_state(keys: &KeyedBreakerHandle<smol_str::SmolStr>, dependency: &BreakerHandle) -> String {
+    let mut line = format!("dependency {:?}", dependency.snapshot());
+    let mut held: Vec<_> = keys.keys().into_iter().collect();
+    held.sort();
+    for key in held {
+        let snapshot = keys.get(&key).unwrap().snapshot();
+        line.push_str(&format!(
+            " | {key}: {:?} gen {} {:?}",
+            snapshot.state, snapshot.generation, snapshot.window
+        ));
+    }
+    line
+}
+
+/// Drives the same traffic through `svc`: every answer and refusal, and after each round
+/// what the breakers hold. The traffic has answers naming another key than the request's
+/// (moved to it, and refused by it once it is open), refusals by a key's breaker and by the
+/// dependency-wide one, half-open probes of both, and a cancelled call.
+async fn gated_traffic(
+    dep: &Sharded,
+    (keys, dependency, mut svc): (
+        KeyedBreakerHandle<smol_str::SmolStr>,
+        BreakerHandle,
+        tower::util::BoxService<Request<()>, StatusCode, BoxError>,
+    ),
+) -> Vec<String> {
+    let names: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
+    let mut seen = Vec::new();
+    let round = |svc: &mut tower::util::BoxService<Request<()>, StatusCode, BoxError>,
+                 shards: Vec<String>| {
+        let calls: Vec<_> = shards
+            .into_iter()
+            .map(|shard| {
+                let call = svc.call(for_shard(&shard));
+                async move {
+                    match call.await {
+                        Ok(status) => format!("{shard} {status}"),
+                        Err(e) => match e.downcast_ref::<CircuitOpen>() {
+                            Some(open) => format!("{shard} refused by {:?}", open.key()),
+                            None => format!("{shard} error {e}"),
+                        },
+                    }
+                }
+            })
+            .collect();
+        futures_util::future::join_all(calls)
+    };
+    // s1 is served by s7, which fails: s1's answers name s7, which opens; then s7's own
+    // calls are refused by its breaker, and s1's answers name an open key. Of the two keys
+    // held, one fails: the gate counts the failures.
+    dep.set_hot(vec!["s7".into()]);
+    for _ in 0..6 {
+        seen.extend(round(&mut svc, vec!["s1".into(), "s7".into()]).await);
+        seen.push(gated_state(&keys, &dependency));
+    }
+    // Every key once, healthy but s7 (still open).
+    dep.set_hot(Vec::new());
+    seen.extend(round(&mut svc, names.clone()).await);
+    seen.push(gated_state(&keys, &dependency));
+    // Most keys fail: the dependency opens, and refuses every call.
+    dep.set_hot(names[..18].to_vec());
+    for _ in 0..3 {
+        seen.extend(round(&mut svc, names.clone()).await);
+        seen.push(gated_state(&keys, &dependency));
+    }
+    // A call cancelled before it is polled gives both breakers their permits back.
+    drop(svc.call(for_shard("s19")));
+    seen.push(gated_state(&keys, &dependency));
+    // Past the open wait the dependency probes: its probes go to keys open or closed.
+    dep.set_hot(Vec::new());
+    for _ in 0..4 {
+        tokio::time::advance(Duration::from_secs(6)).await;
+        seen.extend(round(&mut svc, vec!["s7".into(), "s19".into(), "s3".into()]).await);
+        seen.push(gated_state(&keys, &dependency));
+    }
+    seen
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gate_in_the_keys_guards_judges_as_a_gate_stacked_around_them() {
+    // s1 is served by s7 throughout.
+    let stacked = Sharded::new(&[], &[("s1", "s7")]);
+    let stacked = gated_traffic(&stacked, gated_pair(&stacked, false)).await;
+    let in_guards = Sharded::new(&[], &[("s1", "s7")]);
+    let in_guards = gated_traffic(&in_guards, gated_pair(&in_guards, true)).await;
+    assert_eq!(in_guards, stacked);
+    // The traffic reached every path it is there for.
+    let seen = stacked.join("\n");
+    for path in [
+        "s7 refused by Some(\"s7\")",
+        "refused by None",
+        "s1 503 Service Unavailable",
+        "dependency Snapshot { state: Open",
+        "dependency Snapshot { state: HalfOpen",
+    ] {
+        assert!(seen.contains(path), "{path} not seen in:\n{seen}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gated_keys_guard_driven_by_hand_tells_the_gate() {
+    let dep = Sharded::new(&[], &[]);
+    let keyed = CircuitBreakerLayer::builder(config().build().unwrap())
+        .build_keyed(by_shard())
+        .unwrap();
+    let keys = keyed.handle();
+    let gated = CircuitBreakerLayer::builder(dependency().build().unwrap())
+        .key_spread(keys.spread_gate(spread::KeySpread::default()))
+        .build()
+        .unwrap();
+    let breaker = keyed.layer(dep.service());
+    assert!(compose::gate_keys(breaker.stage(), gated.layer(()).stage()));
+    let window = || gated.handle().snapshot().window;
+
+    // A guard finished by hand records on the key's breaker, then on the gate.
+    let mut guard = breaker.admit(&for_shard("h1")).unwrap();
+    guard.finish_in_place(
+        guard
+            .classify_response(StatusCode::OK, &HeaderMap::new())
+            .unwrap(),
+    );
+    drop(guard);
+    assert_eq!(window().calls, 1);
+    assert_eq!(keys.get(&"h1".into()).unwrap().snapshot().window.calls, 1);
+
+    // Dropped unfinished, it gives both permits back and records nothing.
+    drop(breaker.admit(&for_shard("h1")).unwrap());
+    assert_eq!(window().calls, 1);
+
+    // A key's refusal is told to the gate at once, as an error it ignores.
+    drop(breaker.admit(&for_shard("h2")).unwrap());
+    keys.get(&"h2".into()).unwrap().force_open();
+    let refused = breaker.admit(&for_shard("h2")).unwrap_err();
+    assert_eq!(refused.key(), Some("h2"));
+    assert_eq!(window().calls, 1, "an ignored refusal is not counted");
+    assert_eq!(gated.handle().snapshot().probes_admitted, 0);
+
+    // The gate open, it refuses before any key's breaker is asked or made.
+    gated.handle().force_open();
+    let refused = breaker.admit(&for_shard("h3")).unwrap_err();
+    assert_eq!(refused.key(), None);
+    assert!(keys.get(&"h3".into()).is_none());
+}

@@ -87,6 +87,7 @@ pub use self::ramp::RecoveryRamp;
 pub use self::service::PolicyService;
 use self::stages::{BreakerStages, PolicyStages};
 pub use self::store::{BreakerStore, PolicyStore};
+use fusebox_breaker::compose::gate_keys;
 use fusebox_classify::stage::Staged;
 
 use self::fallback::Armed;
@@ -819,24 +820,26 @@ impl<C: Classifier> PolicyBuilder<C> {
             .map_err(|e| e.prefixed("retry"))?;
         let fallback = fallback.map(|f| Armed::new(f, on_route.into_boxed_slice(), &self.name));
         let parts: Arc<PolicyStages<C>> = Arc::new((
-            dependency.as_ref().map(|d| d.layer(()).stage().clone()),
+            match &breaker {
+                BreakerLayer::Off => None,
+                BreakerLayer::Single(b) => Some(BreakerStages::Single(b.layer(()).stage().clone())),
+                BreakerLayer::Keyed(b) => {
+                    let keys = b.layer(()).stage().clone();
+                    if let Some(dependency) = &dependency {
+                        // The dependency-wide breaker runs in the keys' guards (see
+                        // `stages`): a freshly built keyed layer has no gate yet.
+                        let gated = gate_keys(&keys, dependency.layer(()).stage());
+                        debug_assert!(gated, "a new keyed breaker is not gated yet");
+                    }
+                    Some(BreakerStages::Keyed(keys))
+                }
+            },
             (
-                match &breaker {
-                    BreakerLayer::Off => None,
-                    BreakerLayer::Single(b) => {
-                        Some(BreakerStages::Single(b.layer(()).stage().clone()))
-                    }
-                    BreakerLayer::Keyed(b) => {
-                        Some(BreakerStages::Keyed(b.layer(()).stage().clone()))
-                    }
-                },
-                (
-                    limit.as_ref().map(|l| l.layer(()).stage().clone()),
-                    timeout.as_ref().map(|t| t.layer(()).stage().clone()),
-                ),
+                limit.as_ref().map(|l| l.layer(()).stage().clone()),
+                timeout.as_ref().map(|t| t.layer(()).stage().clone()),
             ),
         ));
-        let timeouts = parts.1.1.1.as_ref().map(|t| t.timeouts().clone());
+        let timeouts = parts.1.1.as_ref().map(|t| t.timeouts().clone());
         let policy = Policy {
             inner: Arc::new(PolicyLayers {
                 parts,

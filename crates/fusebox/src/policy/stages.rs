@@ -21,11 +21,17 @@
 //!    waits for the trailers travels in the one body wrapper, which tells both at the end
 //!    of the stream, the trailers classified once.
 //!
-//! A keyed breaker with a [`key_spread`](crate::PolicyBuilder::key_spread) adds a fourth
-//! stage in front: the dependency-wide breaker, a [`BreakerStage`] gated by the keys'
-//! spread, admitting before the keyed one and told each answer after it, as when the two
-//! layers are stacked by hand (see [`PolicyStages`]). It is one more guard in the same
-//! future and one more recorder in the same body wrapper, not a second service.
+//! A keyed breaker with a [`key_spread`](crate::PolicyBuilder::key_spread) has a
+//! dependency-wide breaker too, gated by the keys' spread. It is not a stage of its own
+//! but runs in the keyed breaker's guards
+//! ([`gate_keys`](fusebox_breaker::compose::gate_keys)), as when the two layers are
+//! stacked by hand, the dependency-wide one outermost: it admits first (an open dependency
+//! refuses without asking the keys), it is told each answer after the key's breaker (so
+//! the keyed breaker has counted a failing key before the gate reads the spread), and a
+//! refusal by a key's breaker reaches it as that error. One guard holds both breakers'
+//! permits, and one recorder carries both to the end of the stream: as a stage of its own
+//! it would need room for a second guard in every policy's future and a second recorder in
+//! every policy's body, gated or not.
 //!
 //! These are the same stages the layers run alone
 //! ([`CircuitBreaker`](crate::breaker::CircuitBreaker),
@@ -100,27 +106,20 @@ impl<B, C: Classifier> Stage<Request<B>> for BreakerStages<C> {
         answer: Answer<'_>,
         verdict: &SharedVerdict,
     ) -> Option<Self::End> {
-        // Both kinds of breaker answer the same way.
-        <BreakerStage<C, PolicyStore> as Stage<Request<B>>>::on_answer(admitted, answer, verdict)
+        // Both kinds of breaker answer the same way (a single breaker's guard is never
+        // gated, and answers as the keyed stage's ungated guards do).
+        <KeyedStage<KeyBy, C, BreakerStore> as Stage<Request<B>>>::on_answer(
+            admitted, answer, verdict,
+        )
     }
 }
 
-/// The stages a policy runs in one future: the dependency-wide breaker gated by the keys'
-/// spread (only with a keyed breaker and
-/// [`PolicyBuilder::key_spread`](crate::PolicyBuilder::key_spread)), the breaker, then the
-/// limit, then the timeout, each there or not.
-///
-/// The gated breaker stands outside the keyed one, as when the two layers are stacked by
-/// hand: it admits first (an open dependency refuses without asking the keys), it is told
-/// each answer after the keyed breaker (so the keyed breaker has counted a failing key
-/// before the gate reads the spread), and a refusal by a key's breaker reaches it as an
-/// error it counts as ignored.
+/// The stages a policy runs in one future: the breaker, then the limit, then the timeout,
+/// each there or not. (A keyed breaker's dependency-wide gate runs inside the keyed
+/// breaker's stage: see the [module docs](self).)
 pub type PolicyStages<C> = (
-    Option<BreakerStage<C, PolicyStore>>,
-    (
-        Option<BreakerStages<C>>,
-        (Option<LimitStage<C>>, Option<TimeoutStage<C>>),
-    ),
+    Option<BreakerStages<C>>,
+    (Option<LimitStage<C>>, Option<TimeoutStage<C>>),
 );
 
 /// The circuit breaker, concurrency limit and timeout of a policy around `S`, as one
@@ -135,14 +134,11 @@ pub type Guarded<S, C> = Staged<S, Arc<PolicyStages<C>>, Http>;
 /// The future of [`Guarded`] around `S` called with `Request<R>`.
 pub type GuardedFuture<S, R, C> = StagedFuture<S, Request<R>, Arc<PolicyStages<C>>, Http>;
 
-/// What a response body still owes the limit and the breakers when its stream ends (the
-/// limit is told first, as its body sat inside the breaker's in the stacked layers, and
-/// the dependency-wide breaker last).
+/// What a response body still owes the limit and the breaker when its stream ends (the
+/// limit is told first, as its body sat inside the breaker's in the stacked layers; a
+/// keyed breaker's recorder tells its dependency-wide gate after the key's breaker).
 pub type End<C> = (
-    Option<(
-        Option<(Option<NoEnd>, Option<Completion<C>>)>,
-        Option<EosRecorder<C, PolicyStore>>,
-    )>,
+    Option<(Option<NoEnd>, Option<Completion<C>>)>,
     Option<EosRecorder<C, PolicyStore>>,
 );
 
