@@ -126,8 +126,8 @@ fn healthy_bodiless_calls_through_a_full_policy_allocate_nothing() {
         .expect("a valid policy");
     assert_no_allocations(policy.layer(ready()), "breakers keyed by route");
 
-    // Keyed, with a dependency-wide breaker gated by the keys' spread: a second guard, and
-    // the spread read only when a call fails.
+    // Keyed, with a dependency-wide breaker gated by the keys' spread: its permit in the
+    // keyed breaker's guard, and the spread read only when a call fails.
     let policy = full()
         .breaker_key(KeyBy::Route)
         .key_spread(KeySpread::default())

@@ -374,8 +374,9 @@ impl<C: Classifier> PolicyBuilder<C> {
     /// [`Policy::keyed_breaker_handle`] the keys'; breaker events come from both (the
     /// dependency's carry no key). The dependency-wide breaker keeps its state in this
     /// process whatever the [`breaker_store`](PolicyBuilder::breaker_store): the spread it
-    /// is gated by is this process's count of its keys. Both breakers run in the policy's
-    /// one stage runner ([`stages`]), not as a second service.
+    /// is gated by is this process's count of its keys. It runs in the keyed breaker's
+    /// guards, in the policy's one stage runner ([`stages`]): not as a second service, nor
+    /// as a stage of its own.
     ///
     /// [`build`](PolicyBuilder::build) fails at `breaker.spread` without a keyed breaker.
     ///
