@@ -393,6 +393,26 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
         }
     }
 
+    /// How this breaker judges `answer` to the call `meta` describes: a response head by
+    /// its route's classifier (`None` when the verdict waits for the end of the stream), a
+    /// plain `Ok` as a success, an error as the breaker judges errors; `shared` is asked
+    /// first.
+    #[inline(always)]
+    fn judge<M: Facts>(
+        &self,
+        meta: &M,
+        answer: Answer<'_>,
+        shared: &SharedVerdict,
+    ) -> Option<Outcome> {
+        match answer {
+            Answer::Head { status, headers } => self
+                .classify_response_shared(meta, status, headers, shared)
+                .map(|verdict| verdict.outcome()),
+            Answer::Done => Some(Outcome::Success),
+            Answer::Error(error) => Some(self.classify_error_shared(meta, error, shared).outcome()),
+        }
+    }
+
     /// The verdict of a stream's end (its trailers, if any) for the call `meta` describes,
     /// asking `shared` first for the classifier's.
     fn classify_eos_shared<M: Facts>(
@@ -751,14 +771,10 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
     #[inline(always)]
     fn answer_gate(&mut self, answer: Answer<'_>, shared: &SharedVerdict) -> Option<bool> {
         let mut waits = false;
-        let slow = self.tell_gate(|gate, meta| match answer {
-            Answer::Head { status, headers } => {
-                let verdict = gate.classify_response_shared(meta, status, headers, shared);
-                waits = verdict.is_none();
-                verdict.map(|v| v.outcome())
-            }
-            Answer::Done => Some(Outcome::Success),
-            Answer::Error(error) => Some(gate.classify_error_shared(meta, error, shared).outcome()),
+        let slow = self.tell_gate(|gate, meta| {
+            let judged = gate.judge(meta, answer, shared);
+            waits = judged.is_none();
+            judged
         });
         waits.then_some(slow)
     }
@@ -851,28 +867,11 @@ impl<C: Classifier, St: Store, M: Facts> Guard<C, St, M> {
         }
         // One look through the guard's owner for the whole answer (see `record_now`).
         let (b, permit, meta, started, owed) = guard.parts();
-        let mut finish =
-            |outcome: Outcome| Self::record_now(b, permit, meta, started, owed, outcome);
-        let at_end = match answer {
-            Answer::Head { status, headers } => {
-                match b.classify_response_shared(meta, status, headers, shared) {
-                    Some(verdict) => {
-                        finish(verdict.outcome());
-                        false
-                    }
-                    None => true,
-                }
-            }
-            Answer::Done => {
-                finish(Outcome::Success);
-                false
-            }
-            Answer::Error(error) => {
-                let verdict = b.classify_error_shared(meta, error, shared);
-                finish(verdict.outcome());
-                false
-            }
-        };
+        let judged = b.judge(meta, answer, shared);
+        if let Some(outcome) = judged {
+            Self::record_now(b, permit, meta, started, owed, outcome);
+        }
+        let at_end = judged.is_none();
         if b.expose {
             shared.expose(&b.table);
         }
