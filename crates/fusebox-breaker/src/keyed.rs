@@ -745,7 +745,10 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
     }
 
     /// Admits `request` on its key's breaker or rejects it, reading its route from the
-    /// call's `scope`.
+    /// call's `scope`. With a gate in the keys' guards
+    /// ([`gate_keys`](crate::compose::gate_keys)), the gate admits first, and a refusal by
+    /// the key's breaker is told to the gate before this returns (the stage tells it when
+    /// the call's future is polled, as stacked layers do).
     pub fn admit_in<B>(
         &self,
         request: &Request<B>,

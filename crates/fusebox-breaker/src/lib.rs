@@ -117,6 +117,14 @@ pub mod compose {
     ///
     /// Returns `false`, changing nothing, if `keys` is gated already.
     ///
+    /// What the two breakers share in the guard, and so must agree on: the call's route and
+    /// idempotency, as `keys`' route table resolves them (build `dependency` with the same
+    /// table: `.routes(table.clone())`, or neither with one), and the call's start, from
+    /// which both measure slowness. `dependency` judges each answer with its own
+    /// classifier and `count_overloaded`, but a guard finished by hand
+    /// ([`Guard::finish`]) tells it the outcome given there; and only `keys`' exposed
+    /// verdict is left in a response's extensions.
+    ///
     /// The `Policy` of the `fusebox` crate runs its dependency-wide breaker this way: its
     /// future and response body then hold one guard for both breakers, whereas a stage of
     /// its own would need room for a second guard in every policy's future and body,
