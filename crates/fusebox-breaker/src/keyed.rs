@@ -800,6 +800,9 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
     /// Makes `dependency` the gate of this stage's keys, run in their calls' guards (see
     /// [`gate_keys`](crate::compose::gate_keys)).
     pub(crate) fn gate_with(&self, dependency: &BreakerStage<C, M::Store>) -> bool {
+        if !self.shared.table.same_table(&dependency.leases().table) {
+            return false;
+        }
         match self.shared.partial.as_deref() {
             Some(partial) => Breaker::set_gate(partial, Arc::clone(dependency.leases())),
             None => false,

@@ -115,12 +115,12 @@ pub mod compose {
     /// stacked by hand, `dependency` outermost, do. Every service of `keys`' layer
     /// (they share its keys) is gated from then on; call it once, before the first call.
     ///
-    /// Returns `false`, changing nothing, if `keys` is gated already.
+    /// Returns `false`, changing nothing, if `keys` is gated already, or if `dependency`
+    /// was not built with `keys`' route table (the guard holds the call's route and
+    /// idempotency as that table resolves them: build both with `.routes(table.clone())`,
+    /// or neither with one; [`RouteTable::same_table`](fusebox_classify::RouteTable::same_table)).
     ///
-    /// What the two breakers share in the guard, and so must agree on: the call's route and
-    /// idempotency, as `keys`' route table resolves them (build `dependency` with the same
-    /// table: `.routes(table.clone())`, or neither with one), and the call's start, from
-    /// which both measure slowness. `dependency` judges each answer with its own
+    /// The two breakers also share the call's start, from which both measure slowness. `dependency` judges each answer with its own
     /// classifier and `count_overloaded`, but a guard finished by hand
     /// ([`Guard::finish`]) tells it the outcome given there; and only `keys`' exposed
     /// verdict is left in a response's extensions.

@@ -1243,6 +1243,22 @@ async fn a_gated_keys_guard_driven_by_hand_tells_the_gate() {
         .build()
         .unwrap();
     let breaker = keyed.layer(dep.service());
+    // A dependency-wide breaker built with another route table would judge calls on
+    // routes it does not know: refused.
+    let other_table = CircuitBreakerLayer::builder(dependency().build().unwrap())
+        .routes(
+            RouteTable::builder(Route::default())
+                .route("GET /x", Route::default())
+                .build()
+                .unwrap(),
+        )
+        .key_spread(keys.spread_gate(spread::KeySpread::default()))
+        .build()
+        .unwrap();
+    assert!(!compose::gate_keys(
+        breaker.stage(),
+        other_table.layer(()).stage()
+    ));
     assert!(compose::gate_keys(breaker.stage(), gated.layer(()).stage()));
     let window = || gated.handle().snapshot().window;
 

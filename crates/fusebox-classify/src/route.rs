@@ -667,6 +667,13 @@ impl<C> RouteTable<C> {
     pub(crate) fn id(&self) -> u64 {
         self.table.id
     }
+
+    /// Whether `self` and `other` are one table (one a clone of the other, or both the
+    /// [shared default](RouteTable::is_shared_default)): what two layers that must resolve
+    /// a call alike check.
+    pub fn same_table(&self, other: &RouteTable<C>) -> bool {
+        self.table.id == other.table.id
+    }
 }
 
 impl Default for RouteTable<StandardClassifier> {
