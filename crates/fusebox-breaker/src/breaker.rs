@@ -52,6 +52,27 @@ pub(crate) struct Breaker<C, St> {
     failed_in: AtomicU32,
 }
 
+impl<C, St> Partial<C, St> {
+    /// The dependency-wide breaker that gates the keys in their calls' guards, if any
+    /// ([`gate_keys`](crate::compose::gate_keys)).
+    #[inline]
+    pub(crate) fn gate(&self) -> Option<&Breaker<C, St>> {
+        match self {
+            Partial::Key { gate, .. } => gate.get().map(|leases| &***leases),
+            Partial::Gated(_) => None,
+        }
+    }
+
+    /// Makes `gate` the keys' dependency-wide breaker; `false` if this is not a keyed
+    /// breaker's, or its keys have a gate already.
+    pub(crate) fn set_gate(&self, gate: Arc<Leases<C, St>>) -> bool {
+        match self {
+            Partial::Key { gate: slot, .. } => slot.set(gate).is_ok(),
+            Partial::Gated(_) => false,
+        }
+    }
+}
+
 /// What a breaker knows of the keys around it.
 pub(crate) enum Partial<C, St> {
     /// One key of a keyed breaker (every key shares this): where the keyed breaker counts
@@ -149,19 +170,7 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
     /// if any ([`gate_keys`](crate::compose::gate_keys)).
     #[inline]
     pub(crate) fn gate(&self) -> Option<&Breaker<C, St>> {
-        match self.partial.as_deref() {
-            Some(Partial::Key { gate, .. }) => gate.get().map(|leases| &***leases),
-            _ => None,
-        }
-    }
-
-    /// Makes `gate` the dependency-wide breaker of every key of the keyed breaker this one
-    /// is a key of; `false` if it is not a key's, or its keys have a gate already.
-    pub(crate) fn set_gate(partial: &Partial<C, St>, gate: Arc<Leases<C, St>>) -> bool {
-        match partial {
-            Partial::Key { gate: slot, .. } => slot.set(gate).is_ok(),
-            Partial::Gated(_) => false,
-        }
+        self.partial.as_deref().and_then(Partial::gate)
     }
 
     /// The same breaker, leaving each answer's verdict in the response's extensions if
@@ -411,6 +420,23 @@ impl<C: Classifier, St: Store> Breaker<C, St> {
             Answer::Done => Some(Outcome::Success),
             Answer::Error(error) => Some(self.classify_error_shared(meta, error, shared).outcome()),
         }
+    }
+
+    /// How this breaker judges the end of a call's stream (`None` when the body was
+    /// dropped: nothing to record): its trailers, if any, by the route's classifier, an
+    /// error as the breaker judges errors; `shared` is asked first.
+    fn judge_end<M: Facts>(
+        &self,
+        meta: &M,
+        end: StreamEnd<'_>,
+        shared: &SharedVerdict,
+    ) -> Option<Outcome> {
+        let verdict = match end {
+            StreamEnd::Trailers(trailers) => self.classify_eos_shared(meta, trailers, shared),
+            StreamEnd::Error(error) => self.classify_error_shared(meta, error, shared),
+            StreamEnd::Dropped => return None,
+        };
+        Some(verdict.outcome())
     }
 
     /// The verdict of a stream's end (its trailers, if any) for the call `meta` describes,
@@ -1018,21 +1044,12 @@ impl<C: Classifier, St: Store, M: Facts> EosRecorder<C, St, M> {
         {
             return; // counted by no key's breaker
         }
-        let verdict = match end {
-            StreamEnd::Trailers(trailers) => {
-                guard
-                    .breaker
-                    .classify_eos_shared(&guard.meta, trailers, shared)
-            }
-            StreamEnd::Error(error) => {
-                guard
-                    .breaker
-                    .classify_error_shared(&guard.meta, error, shared)
-            }
-            StreamEnd::Dropped => return,
+        // Dropped: the guard's drop releases the permit.
+        let Some(outcome) = guard.breaker.judge_end(&guard.meta, end, shared) else {
+            return;
         };
         let end = guard.breaker.needs_end_time.then(Instant::now);
-        guard.finish_measured(verdict.outcome(), self.slow, end);
+        guard.finish_measured(outcome, self.slow, end);
     }
 
     /// Tells the keys' gate the end of the stream, after the key's breaker.
@@ -1042,16 +1059,13 @@ impl<C: Classifier, St: Store, M: Facts> EosRecorder<C, St, M> {
         let Some(gate) = guard.breaker.gate() else {
             return;
         };
-        let verdict = match end {
-            StreamEnd::Trailers(trailers) => {
-                gate.classify_eos_shared(&guard.meta, trailers, shared)
-            }
-            StreamEnd::Error(error) => gate.classify_error_shared(&guard.meta, error, shared),
-            StreamEnd::Dropped => return, // the guard's drop releases the gate's permit
+        // Dropped: the guard's drop releases the gate's permit.
+        let Some(outcome) = gate.judge_end(&guard.meta, end, shared) else {
+            return;
         };
         guard.owed.settle_gate();
         let end = gate.needs_end_time.then(Instant::now);
-        gate.record(guard.gate_permit(), verdict.outcome(), self.gate_slow, end);
+        gate.record(guard.gate_permit(), outcome, self.gate_slow, end);
     }
 }
 

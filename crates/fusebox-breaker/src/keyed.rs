@@ -464,10 +464,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedShared<F, C, M> {
     /// The dependency-wide breaker its keys are gated by in their calls' guards, if any.
     #[inline]
     fn gate(&self) -> Option<&Breaker<C, M::Store>> {
-        match self.partial.as_deref() {
-            Some(Partial::Key { gate, .. }) => gate.get().map(|leases| &***leases),
-            _ => None,
-        }
+        self.partial.as_deref().and_then(Partial::gate)
     }
 
     /// Shares it: its keys' breakers reach it through a weak reference (to find the key an
@@ -804,7 +801,7 @@ impl<F: KeyFn, C: Classifier, M: MakeStore> KeyedStage<F, C, M> {
             return false;
         }
         match self.shared.partial.as_deref() {
-            Some(partial) => Breaker::set_gate(partial, Arc::clone(dependency.leases())),
+            Some(partial) => partial.set_gate(Arc::clone(dependency.leases())),
             None => false,
         }
     }
