@@ -44,6 +44,16 @@
 //! work on the machine spoils one pair, not the median). Targets: throughput with the
 //! Policy at least 97 % of bare, p99 at most 1.1× bare.
 //!
+//! Each round also reads the CPU time of the worker thread that runs the side under test
+//! (the server's in the server comparison, the client's in the client comparison; only
+//! with one worker, the default) over its measured seconds, and the summary gives it per
+//! request, with the share of the round the thread was busy, and as ratios: each side
+//! against bare, and the Policy against every other side. A side whose thread is busy
+//! all the round (the client's is, at 16 tasks) serves as many requests as its CPU time
+//! per request allows, so there the CPU ratio is the throughput ratio with less of the
+//! machine's other work in it: that work delays the thread but adds little to its CPU
+//! time.
+//!
 //! Settings (environment):
 //! - `FUSEBOX_LOAD_ROUND_SECS` (default 3): measured seconds per round;
 //! - `FUSEBOX_LOAD_WARMUP_SECS` (default 0.5): unrecorded seconds before each round;
@@ -65,6 +75,7 @@ use axum::Router;
 use axum::error_handling::HandleErrorLayer;
 use axum::routing::get;
 use bytes::Bytes;
+use cpu_time::ThreadTime;
 use fusebox::axum::PolicyLayer;
 use fusebox::{CircuitBreakerConfig, CircuitBreakerLayer, Policy, RetryConfig};
 use fusebox_benches::services::{KeepHeadLayer, TowerRetryPolicy};
@@ -278,6 +289,31 @@ struct Round {
     histogram: Histogram,
     measured: Duration,
     errors: u64,
+    /// The CPU time the measured side's worker thread spent in the measured window, when
+    /// its runtime has one worker ([`worker_cpu`]).
+    cpu: Option<Duration>,
+}
+
+/// The CPU time the one worker of `rt` spends from `start` to `end`, read by a task
+/// spawned on it: with one worker, every task of the runtime (callers, connections, the
+/// layers' timers) runs on that thread, so this is what the side under test costs the
+/// thread that runs it — in a round where that thread is busy all the time, the figure
+/// that bounds its throughput, and far steadier than throughput on a shared machine
+/// (other work on the machine delays a thread, but does not add to its CPU time).
+/// `None` if the runtime has more than one worker, or the task moved between threads.
+fn worker_cpu(
+    rt: &Runtime,
+    start: Instant,
+    end: Instant,
+) -> tokio::task::JoinHandle<Option<Duration>> {
+    let one_worker = rt.metrics().num_workers() == 1;
+    rt.spawn(async move {
+        tokio::time::sleep_until(start).await;
+        let (thread, from) = (std::thread::current().id(), ThreadTime::now().as_duration());
+        tokio::time::sleep_until(end).await;
+        let to = ThreadTime::now().as_duration();
+        (one_worker && std::thread::current().id() == thread).then(|| to.saturating_sub(from))
+    })
 }
 
 /// Reads a whole response body; whether it arrived whole.
@@ -297,6 +333,7 @@ async fn connection(addr: SocketAddr, start: Instant, end: Instant) -> Result<Ro
         histogram: Histogram::new(),
         measured: end.saturating_duration_since(start),
         errors: 0,
+        cpu: None,
     };
     loop {
         let sent = Instant::now();
@@ -332,6 +369,7 @@ where
         histogram: Histogram::new(),
         measured: end.saturating_duration_since(start),
         errors: 0,
+        cpu: None,
     };
     loop {
         let sent = Instant::now();
@@ -362,6 +400,7 @@ fn merge(rounds: impl IntoIterator<Item = Round>) -> Round {
         histogram: Histogram::new(),
         measured: Duration::ZERO,
         errors: 0,
+        cpu: None,
     };
     for r in rounds {
         all.histogram.merge(&r.histogram);
@@ -371,11 +410,13 @@ fn merge(rounds: impl IntoIterator<Item = Round>) -> Round {
     all
 }
 
-/// One round of the server comparison against `addr`.
-fn server_round(rt: &Runtime, addr: SocketAddr, s: Settings) -> Round {
+/// One round of the server comparison against `addr`: the load from `rt`, the CPU time
+/// read on `server`'s worker.
+fn server_round(rt: &Runtime, server: &Runtime, addr: SocketAddr, s: Settings) -> Round {
     rt.block_on(async {
         let start = Instant::now() + s.warm_up;
         let end = start + s.round;
+        let cpu = worker_cpu(server, start, end);
         let tasks: Vec<_> = (0..s.connections)
             .map(|_| tokio::spawn(connection(addr, start, end)))
             .collect();
@@ -387,7 +428,10 @@ fn server_round(rt: &Runtime, addr: SocketAddr, s: Settings) -> Round {
                 Err(e) => println!("a connection task failed: {e}"),
             }
         }
-        merge(rounds)
+        Round {
+            cpu: cpu.await.ok().flatten(),
+            ..merge(rounds)
+        }
     })
 }
 
@@ -404,6 +448,7 @@ where
     rt.block_on(async {
         let start = Instant::now() + s.warm_up;
         let end = start + s.round;
+        let cpu = worker_cpu(rt, start, end);
         let tasks: Vec<_> = (0..s.connections)
             .map(|_| tokio::spawn(caller(client.clone(), uri.clone(), start, end)))
             .collect();
@@ -414,7 +459,10 @@ where
                 Err(e) => println!("a caller task failed: {e}"),
             }
         }
-        merge(rounds)
+        Round {
+            cpu: cpu.await.ok().flatten(),
+            ..merge(rounds)
+        }
     })
 }
 
@@ -426,6 +474,12 @@ struct Side {
     errors: u64,
     per_round: Vec<f64>,
     p99_per_round: Vec<f64>,
+    /// The measured worker's CPU time, requests and seconds over the rounds that read it.
+    cpu: Duration,
+    cpu_requests: u64,
+    cpu_measured: Duration,
+    /// Each round's CPU time per request, in µs (`NaN` where the round has none).
+    cpu_per_round: Vec<f64>,
 }
 
 impl Side {
@@ -433,6 +487,16 @@ impl Side {
         let rps = r.histogram.count() as f64 / r.measured.as_secs_f64().max(1e-9);
         self.p99_per_round
             .push(r.histogram.quantile(0.99).as_secs_f64());
+        let cpu_per_request = match r.cpu {
+            Some(cpu) if r.histogram.count() > 0 => {
+                self.cpu += cpu;
+                self.cpu_requests += r.histogram.count();
+                self.cpu_measured += r.measured;
+                us(cpu) / r.histogram.count() as f64
+            }
+            _ => f64::NAN,
+        };
+        self.cpu_per_round.push(cpu_per_request);
         self.histogram.merge(&r.histogram);
         self.measured += r.measured;
         self.errors += r.errors;
@@ -442,6 +506,20 @@ impl Side {
 
     fn rps(&self) -> f64 {
         self.histogram.count() as f64 / self.measured.as_secs_f64().max(1e-9)
+    }
+
+    /// The measured worker's CPU time per request over all rounds, in µs (`NaN` if none
+    /// was read).
+    fn cpu_per_request(&self) -> f64 {
+        if self.cpu_requests == 0 {
+            return f64::NAN;
+        }
+        us(self.cpu) / self.cpu_requests as f64
+    }
+
+    /// The share of the measured seconds the worker was on a CPU (`NaN` if never read).
+    fn busy(&self) -> f64 {
+        self.cpu.as_secs_f64() / self.cpu_measured.as_secs_f64()
     }
 }
 
@@ -465,31 +543,35 @@ fn compare(name: &str, s: Settings, stacks: &[Stack], mut round: impl FnMut(Stac
             let r = round(*stack);
             let (p50, p99) = (r.histogram.quantile(0.5), r.histogram.quantile(0.99));
             let rps = sides[i].add(r);
+            let cpu = sides[i].cpu_per_round.last().copied().unwrap_or(f64::NAN);
             println!(
-                "round {:>2} {:<6}: {:>9.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us",
+                "round {:>2} {:<6}: {:>9.0} req/s  p50 {:>7.1} us  p99 {:>7.1} us  cpu {:>6.2} us/req",
                 pair + 1,
                 stack.label(),
                 rps,
                 us(p50),
                 us(p99),
+                cpu,
             );
         }
     }
     println!(
-        "{:<12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
-        "side", "req/s", "p50 us", "p99 us", "p99.9 us", "max us", "errors"
+        "{:<12} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11} {:>7}",
+        "side", "req/s", "p50 us", "p99 us", "p99.9 us", "max us", "errors", "cpu us/req", "busy %"
     );
     for (stack, side) in stacks.iter().zip(&sides) {
         let h = &side.histogram;
         println!(
-            "{:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+            "{:<12} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>11.3} {:>7.1}",
             stack.label(),
             side.rps(),
             us(h.quantile(0.5)),
             us(h.quantile(0.99)),
             us(h.quantile(0.999)),
             us(h.max()),
-            side.errors
+            side.errors,
+            side.cpu_per_request(),
+            side.busy() * 100.0,
         );
     }
     let bare = &sides[0];
@@ -520,6 +602,37 @@ fn compare(name: &str, s: Settings, stacks: &[Stack], mut round: impl FnMut(Stac
             ratio(|h| h.quantile(0.5)),
             ratio(|h| h.quantile(0.999)),
         );
+    }
+    // The worker's CPU time per request: each side against bare, and the Policy against
+    // every other side (a side whose worker is busy all the round runs as fast as its CPU
+    // time per request lets it).
+    let policy = stacks.iter().position(|s| *s == Stack::Policy);
+    for (i, (stack, with)) in stacks.iter().zip(&sides).enumerate().skip(1) {
+        let against: Vec<usize> = if Some(i) == policy {
+            (0..stacks.len()).filter(|j| *j != i).collect()
+        } else {
+            vec![0]
+        };
+        for j in against {
+            let base = &sides[j];
+            if with.cpu_requests == 0 || base.cpu_requests == 0 {
+                continue;
+            }
+            let pairs: Vec<f64> = per_pair(&base.cpu_per_round, &with.cpu_per_round)
+                .into_iter()
+                .filter(|r| r.is_finite())
+                .collect();
+            println!(
+                "{name}: cpu per request {}/{} = {:.3} over all rounds, median of pairs {:.3} (pairs: {}); busy {:.1} % and {:.1} %",
+                stack.label(),
+                stacks[j].label(),
+                with.cpu_per_request() / base.cpu_per_request(),
+                median(&pairs),
+                list(&pairs),
+                with.busy() * 100.0,
+                base.busy() * 100.0,
+            );
+        }
     }
 }
 
@@ -596,7 +709,7 @@ fn main() {
                 Stack::Tower => tower_addr,
                 Stack::Floor => floor_addr,
             };
-            server_round(&client_rt, addr, s)
+            server_round(&client_rt, &server_rt, addr, s)
         });
     }
     if only == "server" {
