@@ -136,7 +136,10 @@ where
         }
     }
 
-    #[inline(always)]
+    // Out of line, as the retry's `call` is: each writes the future it returns straight
+    // into its caller's, where inlined they would build it aside and copy it (the retry's
+    // future, over 500 bytes, once per level).
+    #[inline(never)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self {
             Optional::On(s) => StageFuture::On(s.call(request)),
