@@ -43,16 +43,28 @@ async fn user() -> &'static str {
 }
 
 /// Allocations per call of `router` (after a warm-up), as (allocations, reallocations).
+///
+/// Measured over two batches of calls, keeping the one with fewer allocations: on a loaded
+/// machine the first batch of the process's first router now and then sees four more
+/// allocations than its calls make (the second batch, never), made once by what runs
+/// beneath the route, not per call.
 fn per_call(router: Router) -> (usize, usize) {
     let mut router = router.with_state(());
     let rt = alloc::runtime();
     let warm_up = requests(WARM_UP);
-    let measured = requests(CALLS);
+    let batches = [requests(CALLS), requests(CALLS)];
     rt.block_on(async {
         alloc::drive(&mut router, warm_up, &mut alloc::discard).await;
-        let region = Region::new(GLOBAL);
-        alloc::drive(&mut router, measured, &mut alloc::discard).await;
-        let change = region.change();
+        let mut changes = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let region = Region::new(GLOBAL);
+            alloc::drive(&mut router, batch, &mut alloc::discard).await;
+            changes.push(region.change());
+        }
+        let change = changes
+            .into_iter()
+            .min_by_key(|change| change.allocations)
+            .expect("two batches");
         assert_eq!(change.allocations % CALLS, 0, "{change:?}");
         (change.allocations / CALLS, change.reallocations / CALLS)
     })
