@@ -162,6 +162,15 @@ impl Scope {
         }
     }
 
+    /// Whether [`hand_on`](Self::hand_on) would make this scope current: it has resolved
+    /// something of its own. A caller with nothing else to give back if the call it hands
+    /// on unwinds can then skip the guard, and the call's result is built straight into
+    /// its place (with a guard to drop on unwinding, it is built aside and copied).
+    #[inline]
+    pub fn hands_on(&self) -> bool {
+        self.added
+    }
+
     /// Makes this scope the current one until the returned guard is dropped: fusebox
     /// services called meanwhile on this thread read what it resolved. A scope that has
     /// resolved nothing changes nothing.

@@ -111,6 +111,13 @@ where
         // `fusebox::policy`. Entered while the layers take the call, so that their events
         // and the retry layer's attempt spans belong to it.
         let span = CallSpan::start(shared, &request, &mut scope);
+        if span.is_none() && fallback.is_none() && !scope.hands_on() {
+            // Nothing to enter and nothing to give back if the layers' `call` unwinds: with
+            // no drop on that path, the layers' future (hundreds of bytes) is written
+            // straight into this one's place instead of built aside and copied.
+            drop((fallback, span));
+            return ResponseFuture::new(self.stack.call(request), None, None);
+        }
         let _current = scope.hand_on();
         let inner = match &span {
             None => self.stack.call(request),
