@@ -541,4 +541,22 @@ mod tests {
         assert!(!table.meta_in(&keyed, &mut scope).idempotent());
         assert!(table.meta_in(&keyed, &mut Scope::new()).idempotent());
     }
+
+    #[test]
+    fn a_scope_hands_on_only_what_it_resolved_itself() {
+        let first = table();
+        let request = Request::get("/users/7").body(()).unwrap();
+        let mut outer = Scope::new();
+        assert!(!outer.hands_on(), "a new scope has nothing to hand on");
+        first.resolve_in(&request, &mut outer);
+        assert!(outer.hands_on(), "it resolved the call's route");
+        // A scope that only took over the current one's resolution adds nothing to it.
+        let _current = outer.hand_on();
+        let mut inner = Scope::new();
+        first.resolve_in(&request, &mut inner);
+        assert!(!inner.hands_on());
+        // One that resolves a table the current scope has not seen has its own to hand on.
+        table().resolve_in(&request, &mut inner);
+        assert!(inner.hands_on());
+    }
 }
