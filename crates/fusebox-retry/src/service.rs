@@ -294,10 +294,10 @@ pub(crate) fn attempt_span(attempt: u32) -> Span {
 /// Not `Span::in_scope`: its closure's result — the attempt's future, hundreds of bytes
 /// under a full policy — would be copied out of one more stack frame on every call.
 ///
-/// Out of line, as [`Retry`]'s `call` is: the future a function call returns is written
-/// straight into the place its caller keeps it, where the same future built by inlined
-/// code is built aside and then copied there (one copy of the whole future per call, the
-/// `calls` driver's copy counts show).
+/// Out of line: the future a function call returns is written straight into the place
+/// its caller keeps it, where the same future built by inlined code is built aside and
+/// then copied there (one copy of the whole future per call, the `calls` driver's copy
+/// counts show).
 #[inline(never)]
 pub(crate) fn call_in<S: Service<R>, R>(
     span: &Span,
@@ -459,9 +459,7 @@ where
         self.inner.poll_ready(cx).map_err(Into::into)
     }
 
-    // Out of line, so that its future is written straight into its caller's (see
-    // `call_in`).
-    #[inline(never)]
+    #[inline(always)]
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let leases = leases(&self.bound, &self.shared);
         let bound = &***leases;
