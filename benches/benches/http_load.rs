@@ -50,9 +50,9 @@
 //! request, with the share of the round the thread was busy, and as ratios: each side
 //! against bare, and the Policy against every other side. A side whose thread is busy
 //! all the round (the client's is, at 16 tasks) serves as many requests as its CPU time
-//! per request allows, so there the CPU ratio is the throughput ratio with less of the
-//! machine's other work in it: that work delays the thread but adds little to its CPU
-//! time.
+//! per request allows, so there the CPU ratio is the throughput ratio without the time the
+//! thread waited for a core; the machine's other work still moves it (it shares the
+//! caches and the memory bus), so it needs pairs and medians as throughput does.
 //!
 //! Settings (environment):
 //! - `FUSEBOX_LOAD_ROUND_SECS` (default 3): measured seconds per round;
@@ -298,8 +298,7 @@ struct Round {
 /// spawned on it: with one worker, every task of the runtime (callers, connections, the
 /// layers' timers) runs on that thread, so this is what the side under test costs the
 /// thread that runs it — in a round where that thread is busy all the time, the figure
-/// that bounds its throughput, and far steadier than throughput on a shared machine
-/// (other work on the machine delays a thread, but does not add to its CPU time).
+/// that bounds its throughput, without the time the thread waited for a core.
 /// `None` if the runtime has more than one worker, or the task moved between threads.
 fn worker_cpu(
     rt: &Runtime,
