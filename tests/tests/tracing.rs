@@ -408,3 +408,29 @@ async fn a_call_whose_deadline_has_passed_sends_nothing_and_says_so() {
     assert!(capture.spans_named(trace::RETRY_ATTEMPT).is_empty());
     assert_fusebox_targets(&capture);
 }
+
+#[test]
+fn a_reload_reports_under_its_target_and_every_module_names_its_target_as_the_table_does() {
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(capture.subscriber(LevelFilter::INFO));
+    let build = |timeout_ms: u64| {
+        Policy::builder("reloaded")
+            .timeout(Duration::from_millis(timeout_ms))
+            .build()
+            .expect("a valid policy")
+    };
+    let running = build(500);
+    let report = running.reload(&build(800));
+    assert!(report.has_changes(), "{report}");
+    let reloaded = events_of(&capture, trace::RELOAD);
+    assert_eq!(reloaded.len(), 1, "{:#?}", capture.events());
+    assert_fusebox_targets(&capture);
+
+    assert_eq!(fusebox::pool::TARGET, trace::POOL);
+    assert_eq!(fusebox::admin::TARGET, trace::ADMIN);
+    let mut targets = trace::TARGETS.to_vec();
+    targets.sort_unstable();
+    targets.dedup();
+    assert_eq!(targets.len(), trace::TARGETS.len(), "each target once");
+    assert!(targets.iter().all(|t| t.starts_with("fusebox::")));
+}

@@ -54,7 +54,7 @@ use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 /// The `tracing` target of the admin router's events.
-pub const TARGET: &str = "fusebox::admin";
+pub const TARGET: &str = crate::trace::ADMIN;
 
 /// What a mutating admin request must carry: a name (who asks, in the logs) and a secret
 /// (compared in constant time; never logged, never shown by `Debug`).

@@ -251,7 +251,7 @@ impl<C: Classifier + fmt::Debug> Policy<C> {
         };
         if apply && report.has_changes() {
             tracing::info!(
-                target: "fusebox::reload",
+                target: crate::trace::RELOAD,
                 policy = %report.policy,
                 changes = report.changes.len(),
                 needs_rebuild = report.needs_rebuild().count(),
@@ -799,7 +799,7 @@ fn routes<C: Classifier + fmt::Debug>(
     // route when it has given out every id it can, or when another reload added a route
     // of that name meanwhile. The rest still applies.
     tracing::warn!(
-        target: "fusebox::reload",
+        target: crate::trace::RELOAD,
         error = %refused,
         "fusebox: the route table refused the routes the reload adds; the other route changes apply"
     );

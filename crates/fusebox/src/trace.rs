@@ -20,6 +20,10 @@
 //! | `fusebox::policy` | `INFO` | a recovery ramp started, finished | `limiter`, `from`, `to`, `duration_ms`; `limiter`, `limit` |
 //! | `fusebox::fallback` | `DEBUG` | a fallback was served | `policy`, `route`, `reason` |
 //! | `fusebox::redis` | `WARN`, `INFO`, `ERROR`, `DEBUG` | the shared store lost Redis, found it again, cannot share a breaker, lost pub/sub | `breaker`, `scope`, `op`, `error`, `fallback`, `state`, `epoch` |
+//! | `fusebox::reload` | `INFO` | a reload changed a running policy | `policy`, `changes`, `needs_rebuild` |
+//! | `fusebox::reload` | `WARN` | the route table refused the routes a reload adds (the other changes apply) | `error` |
+//! | `fusebox::pool` | `WARN`, `INFO` | a pool's endpoint was ejected, kept in past the cap, came back; the pool's healthy-panic threshold was crossed | `dependency`, `endpoint`, `ejected`, `max_ejected`, `reason`, `detail`, `active`, `healthy`, `endpoints`, `panic_threshold` |
+//! | `fusebox::admin` | `INFO`, `WARN` | an admin command was carried out, or not; a request was refused (credential) or invalid | `by`, `name`, `key`, `command`, `from`, `to`, `route`, `reason`, `error` |
 //!
 //! # The call's span
 //!
@@ -71,8 +75,17 @@ pub const REDIS: &str = "fusebox::redis";
 pub const POLICY: &str = "fusebox::policy";
 /// Target of the fallbacks' events.
 pub const FALLBACK: &str = "fusebox::fallback";
+/// Target of the events of a policy's reload ([`reload`](crate::reload)).
+pub const RELOAD: &str = "fusebox::reload";
+/// Target of a balanced pool's events (`fusebox::pool::TARGET`, with the `balance` feature,
+/// which does not need this module).
+pub const POOL: &str = "fusebox::pool";
+/// Target of the admin router's events (`fusebox::admin::TARGET`, with the `axum` feature).
+pub const ADMIN: &str = "fusebox::admin";
 /// Every target above: each starts with `fusebox::`.
-pub const TARGETS: [&str; 7] = [BREAKER, LIMIT, RETRY, TIMEOUT, REDIS, POLICY, FALLBACK];
+pub const TARGETS: [&str; 10] = [
+    BREAKER, LIMIT, RETRY, TIMEOUT, REDIS, POLICY, FALLBACK, RELOAD, POOL, ADMIN,
+];
 
 /// Name of the span of one call through a [`Policy`](crate::Policy) (`DEBUG`, target
 /// [`POLICY`]).

@@ -205,6 +205,10 @@
 //! # }
 //! ```
 
+/// The `tracing` target of the pool's events: an endpoint ejected, kept in past the cap,
+/// back in the pool, and the healthy-panic threshold crossed.
+pub const TARGET: &str = "fusebox::pool";
+
 mod config;
 mod endpoint;
 mod layer;

@@ -545,7 +545,7 @@ fn log(event: &PoolEvent) {
             ejected,
             max_ejected,
         } => tracing::warn!(
-            target: "fusebox::pool",
+            target: super::TARGET,
             dependency = %event.dependency,
             endpoint,
             ejected,
@@ -553,7 +553,7 @@ fn log(event: &PoolEvent) {
             "endpoint ejected"
         ),
         PoolEventKind::WouldEject { reason } => tracing::warn!(
-            target: "fusebox::pool",
+            target: super::TARGET,
             dependency = %event.dependency,
             endpoint,
             reason = reason.as_str(),
@@ -561,7 +561,7 @@ fn log(event: &PoolEvent) {
             "endpoint would be ejected, kept in: {reason}"
         ),
         PoolEventKind::Returned => tracing::info!(
-            target: "fusebox::pool",
+            target: super::TARGET,
             dependency = %event.dependency,
             endpoint,
             "endpoint back in the pool"
@@ -572,7 +572,7 @@ fn log(event: &PoolEvent) {
             endpoints,
             panic_threshold,
         } => tracing::warn!(
-            target: "fusebox::pool",
+            target: super::TARGET,
             dependency = %event.dependency,
             active,
             healthy,
