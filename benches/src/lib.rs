@@ -80,6 +80,10 @@ pub fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
     })
 }
 
+/// How long [`two_tasks`] waits for a task it spawned to run before it wakes the runtime's
+/// workers again.
+const KICK: Duration = Duration::from_millis(5);
+
 /// `iters` calls split between two tasks on the two-worker runtime `rt`, started together:
 /// the wall time from the first start to the last end (or the process's CPU time when
 /// [`cpu_time()`] is on).
@@ -90,28 +94,35 @@ pub fn one_task<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
 /// other worker. Spawned together, both could be taken from the runtime's queue by one
 /// worker in one batch, and the first would block that worker at the barrier with the
 /// second queued behind it.
+///
+/// A task spawned from outside the runtime waits in its queue until a worker is woken for
+/// it, and now and then the parked worker was not: the bench hung with the first task at
+/// the barrier. So each task is waited for until it runs, and while it does not, an empty
+/// task is spawned every few milliseconds, each of which wakes a parked worker again.
 pub fn two_tasks<C: Client>(rt: &Runtime, client: &C, iters: u64) -> Duration {
     let cpu = cpu_time().then(ProcessTime::now);
     let barrier = Arc::new(Barrier::new(2));
-    let (running, first_runs) = mpsc::channel::<()>();
-    let spawn = |calls: u64, running: Option<mpsc::Sender<()>>| {
+    let (running, runs) = mpsc::channel::<()>();
+    let spawn = |calls: u64| {
         let mut client = client.clone();
         let barrier = Arc::clone(&barrier);
-        rt.spawn(async move {
-            if let Some(running) = running {
-                let _ = running.send(());
-            }
+        let running = running.clone();
+        let task = rt.spawn(async move {
+            let _ = running.send(());
             barrier.wait();
             let start = Instant::now();
             for _ in 0..calls {
                 client.once().await;
             }
             (start, Instant::now())
-        })
+        });
+        while let Err(mpsc::RecvTimeoutError::Timeout) = runs.recv_timeout(KICK) {
+            rt.spawn(async {});
+        }
+        task
     };
-    let first = spawn(iters.div_ceil(2), Some(running));
-    first_runs.recv().expect("the first bench task runs");
-    let second = spawn(iters / 2, None);
+    let first = spawn(iters.div_ceil(2));
+    let second = spawn(iters / 2);
     let wall = rt.block_on(async move {
         let mut first_start = None::<Instant>;
         let mut last_end = None::<Instant>;
