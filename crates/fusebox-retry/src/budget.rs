@@ -12,7 +12,7 @@
 //! # Exactness
 //!
 //! tower's `TpsBudget` checks the balance and then subtracts from it in two steps, so
-//! concurrent callers can all see the last token and all take it (tower issue #857).
+//! concurrent callers can all see the last token and all take it.
 //! Here a withdrawal decides and records under one short mutex (never held across an
 //! `.await`), so withdrawals are serialised and each sees every earlier one. Deposits and
 //! outcomes do not take the mutex: each is one compare-and-swap on a counter of the current

@@ -213,8 +213,6 @@ impl<C> Shared<C> {
     }
 }
 
-/// A span per attempt, carrying the attempt number (1-based). Disabled spans cost a
-/// callsite check: nothing is formatted or allocated unless a subscriber wants DEBUG.
 /// What the calls of one retry service share: the layer's budget and settings, and a spare
 /// copy of the inner service that retries and hedges clone theirs from.
 ///
@@ -282,6 +280,8 @@ impl<S, C> fmt::Debug for Bound<S, C> {
     }
 }
 
+/// A span per attempt, carrying the attempt number (1-based). Disabled spans cost a
+/// callsite check: nothing is formatted or allocated unless a subscriber wants DEBUG.
 #[inline]
 pub(crate) fn attempt_span(attempt: u32) -> Span {
     tracing::debug_span!(target: "fusebox::retry", "retry_attempt", attempt)
