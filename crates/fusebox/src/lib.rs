@@ -213,3 +213,8 @@ pub mod hyper;
 #[cfg(feature = "tonic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
 pub mod tonic;
+
+/// The balanced pool's `tracing` target, written once for `pool::TARGET` and
+/// `trace::POOL` (the pool's feature does not need the `trace` module's).
+#[cfg(any(feature = "policy", feature = "balance"))]
+const POOL_TARGET: &str = "fusebox::pool";

@@ -79,7 +79,7 @@ pub const FALLBACK: &str = "fusebox::fallback";
 pub const RELOAD: &str = "fusebox::reload";
 /// Target of a balanced pool's events (`fusebox::pool::TARGET`, with the `balance` feature,
 /// which does not need this module).
-pub const POOL: &str = "fusebox::pool";
+pub const POOL: &str = crate::POOL_TARGET;
 /// Target of the admin router's events (`fusebox::admin::TARGET`, with the `axum` feature).
 pub const ADMIN: &str = "fusebox::admin";
 /// Every target above: each starts with `fusebox::`.

@@ -207,7 +207,7 @@
 
 /// The `tracing` target of the pool's events: an endpoint ejected, kept in past the cap,
 /// back in the pool, and the healthy-panic threshold crossed.
-pub const TARGET: &str = "fusebox::pool";
+pub const TARGET: &str = crate::POOL_TARGET;
 
 mod config;
 mod endpoint;
